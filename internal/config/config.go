@@ -1,0 +1,400 @@
+// Package config loads agentd's YAML configuration strictly: an unknown key,
+// a bad value, an unknown provider kind or a fallback chain naming an unknown
+// provider stops start-up with a message naming the key.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/retry"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Listen    Listen     `yaml:"listen"`
+	Store     Store      `yaml:"store"`
+	Retry     Retry      `yaml:"retry"`
+	Auth      Auth       `yaml:"auth"`
+	Providers []Provider `yaml:"providers"`
+	Sessions  Sessions   `yaml:"sessions"`
+}
+
+// Listen holds the listen addresses.
+type Listen struct {
+	GRPC string `yaml:"grpc"`
+	HTTP string `yaml:"http"`
+}
+
+// Store selects where shared state lives.
+type Store struct {
+	Backend string `yaml:"backend"` // memory or redis
+	Redis   Redis  `yaml:"redis"`
+}
+
+// Redis configures the Redis store.
+type Redis struct {
+	Addr      string `yaml:"addr"`
+	DB        int    `yaml:"db"`
+	KeyPrefix string `yaml:"key_prefix"`
+}
+
+// Retry is the behaviour source's retry group. Unset fields keep the
+// source's defaults.
+type Retry struct {
+	Enabled              *bool               `yaml:"enabled"`
+	MaxRetries           *int                `yaml:"max_retries"`
+	BaseDelayMs          *int64              `yaml:"base_delay_ms"`
+	MaxDelayMs           *int64              `yaml:"max_delay_ms"`
+	ModelFallback        *bool               `yaml:"model_fallback"`
+	FallbackChains       map[string][]string `yaml:"fallback_chains"`
+	FallbackRevertPolicy string              `yaml:"fallback_revert_policy"`
+}
+
+// Auth maps bearer tokens to tenants.
+type Auth struct {
+	Tokens []Token `yaml:"tokens"`
+}
+
+// Token is one bearer token, given inline or by environment variable.
+type Token struct {
+	Token    string `yaml:"token"`
+	TokenEnv string `yaml:"token_env"`
+	Tenant   string `yaml:"tenant"`
+}
+
+// Provider is one configured upstream.
+type Provider struct {
+	Name        string            `yaml:"name"`
+	Kind        string            `yaml:"kind"`
+	BaseURL     string            `yaml:"base_url"`
+	Models      []string          `yaml:"models"`
+	Credentials []Credential      `yaml:"credentials"`
+	TimeoutMs   int64             `yaml:"timeout_ms"`
+	Headers     map[string]string `yaml:"headers"`
+	// Simulated provider pacing.
+	FirstTokenDelayMs int64 `yaml:"first_token_delay_ms"`
+	TokenDelayMs      int64 `yaml:"token_delay_ms"`
+}
+
+// Credential is one secret of a provider.
+type Credential struct {
+	ID           string `yaml:"id"`
+	APIKey       string `yaml:"api_key"`
+	APIKeyEnv    string `yaml:"api_key_env"`
+	BankedResets int    `yaml:"banked_resets"`
+}
+
+// Sessions tunes the session engine.
+type Sessions struct {
+	// EventBuffer is how many recent events each session keeps for resume.
+	EventBuffer int `yaml:"event_buffer"`
+	// MaxPromptBytes bounds a prompt's text.
+	MaxPromptBytes int `yaml:"max_prompt_bytes"`
+	// MaxSessions bounds the sessions of one process (0: no bound).
+	MaxSessions int `yaml:"max_sessions"`
+}
+
+// Defaults of the values Load fills in.
+const (
+	DefaultGRPCAddr       = "127.0.0.1:9090"
+	DefaultHTTPAddr       = "127.0.0.1:8080"
+	DefaultEventBuffer    = 4096
+	DefaultMaxPromptBytes = 1 << 20
+	DefaultRedisAddr      = "127.0.0.1:6379"
+	DefaultKeyPrefix      = "agentd:"
+)
+
+// Load reads and validates the file at path.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f)
+}
+
+// Parse reads and validates a configuration. Unknown keys are errors.
+func Parse(r io.Reader) (*Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var c Config
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("config: %s", cleanYAMLError(err))
+		}
+	}
+	if err := c.finish(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Default is the embedded default configuration: memory store, the sim
+// provider, and anthropic / openai providers when their API keys are in the
+// environment.
+func Default() *Config {
+	c := &Config{}
+	if os.Getenv("ANTHROPIC_API_KEY") != "" {
+		c.Providers = append(c.Providers, Provider{
+			Name: "anthropic", Kind: provider.KindAnthropic, BaseURL: os.Getenv("ANTHROPIC_BASE_URL"),
+			Credentials: []Credential{{ID: "env", APIKeyEnv: "ANTHROPIC_API_KEY"}},
+		})
+	}
+	if os.Getenv("OPENAI_API_KEY") != "" {
+		c.Providers = append(c.Providers, Provider{
+			Name: "openai", Kind: provider.KindOpenAIResponses, BaseURL: os.Getenv("OPENAI_BASE_URL"),
+			Credentials: []Credential{{ID: "env", APIKeyEnv: "OPENAI_API_KEY"}},
+		})
+	}
+	if err := c.finish(); err != nil {
+		// The embedded defaults are valid by construction.
+		panic(err)
+	}
+	return c
+}
+
+var (
+	namePattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	idPattern     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+)
+
+// finish fills defaults and validates.
+func (c *Config) finish() error {
+	if c.Listen.GRPC == "" {
+		c.Listen.GRPC = DefaultGRPCAddr
+	}
+	if c.Listen.HTTP == "" {
+		c.Listen.HTTP = DefaultHTTPAddr
+	}
+	for key, addr := range map[string]string{"listen.grpc": c.Listen.GRPC, "listen.http": c.Listen.HTTP} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("config: %s: %q is not host:port", key, addr)
+		}
+	}
+	switch c.Store.Backend {
+	case "":
+		c.Store.Backend = "memory"
+	case "memory", "redis":
+	default:
+		return fmt.Errorf("config: store.backend: %q is not memory or redis", c.Store.Backend)
+	}
+	if c.Store.Redis.Addr == "" {
+		c.Store.Redis.Addr = DefaultRedisAddr
+	}
+	if c.Store.Redis.KeyPrefix == "" {
+		c.Store.Redis.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Store.Redis.DB < 0 {
+		return fmt.Errorf("config: store.redis.db: must be >= 0, got %d", c.Store.Redis.DB)
+	}
+	if c.Sessions.EventBuffer == 0 {
+		c.Sessions.EventBuffer = DefaultEventBuffer
+	}
+	if c.Sessions.EventBuffer < 16 {
+		return fmt.Errorf("config: sessions.event_buffer: must be >= 16, got %d", c.Sessions.EventBuffer)
+	}
+	if c.Sessions.MaxPromptBytes == 0 {
+		c.Sessions.MaxPromptBytes = DefaultMaxPromptBytes
+	}
+	if c.Sessions.MaxPromptBytes < 0 {
+		return fmt.Errorf("config: sessions.max_prompt_bytes: must be > 0, got %d", c.Sessions.MaxPromptBytes)
+	}
+	if c.Sessions.MaxSessions < 0 {
+		return fmt.Errorf("config: sessions.max_sessions: must be >= 0, got %d", c.Sessions.MaxSessions)
+	}
+	if err := c.finishProviders(); err != nil {
+		return err
+	}
+	if err := c.finishAuth(); err != nil {
+		return err
+	}
+	if _, err := c.RetrySettings(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *Config) finishProviders() error {
+	hasSim := false
+	for _, p := range c.Providers {
+		if p.Name == "sim" {
+			hasSim = true
+		}
+	}
+	if !hasSim {
+		// The simulated provider is always there: demos and tests need no network.
+		c.Providers = append(c.Providers, Provider{Name: "sim", Kind: provider.KindSimulated})
+	}
+	seen := map[string]bool{}
+	credIDs := map[string]bool{}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		key := fmt.Sprintf("providers[%d]", i)
+		if !namePattern.MatchString(p.Name) {
+			return fmt.Errorf("config: %s.name: %q must match %s", key, p.Name, namePattern)
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("config: %s.name: provider %q is defined twice", key, p.Name)
+		}
+		seen[p.Name] = true
+		known := false
+		for _, k := range provider.Kinds {
+			known = known || k == p.Kind
+		}
+		if !known {
+			return fmt.Errorf("config: %s.kind: %q is not a provider kind (one of %s)", key, p.Kind, strings.Join(provider.Kinds, ", "))
+		}
+		if p.TimeoutMs < 0 || p.FirstTokenDelayMs < 0 || p.TokenDelayMs < 0 {
+			return fmt.Errorf("config: %s: timeout_ms, first_token_delay_ms and token_delay_ms must be >= 0", key)
+		}
+		if p.Kind == provider.KindSimulated && len(p.Models) == 0 {
+			p.Models = []string{"echo", "backup"}
+		}
+		for j, m := range p.Models {
+			if strings.TrimSpace(m) == "" || strings.Contains(m, "/") && p.Kind == provider.KindSimulated {
+				return fmt.Errorf("config: %s.models[%d]: %q is not a model name", key, j, m)
+			}
+		}
+		for j := range p.Credentials {
+			cr := &p.Credentials[j]
+			ckey := fmt.Sprintf("%s.credentials[%d]", key, j)
+			if !idPattern.MatchString(cr.ID) {
+				return fmt.Errorf("config: %s.id: %q must match %s", ckey, cr.ID, idPattern)
+			}
+			if credIDs[cr.ID] {
+				return fmt.Errorf("config: %s.id: credential %q is defined twice", ckey, cr.ID)
+			}
+			credIDs[cr.ID] = true
+			if cr.APIKey != "" && cr.APIKeyEnv != "" {
+				return fmt.Errorf("config: %s: set api_key or api_key_env, not both", ckey)
+			}
+			if cr.APIKeyEnv != "" {
+				cr.APIKey = os.Getenv(cr.APIKeyEnv)
+				if cr.APIKey == "" {
+					return fmt.Errorf("config: %s.api_key_env: environment variable %s is empty", ckey, cr.APIKeyEnv)
+				}
+			}
+			if cr.BankedResets < 0 {
+				return fmt.Errorf("config: %s.banked_resets: must be >= 0", ckey)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Config) finishAuth() error {
+	seen := map[string]bool{}
+	for i := range c.Auth.Tokens {
+		t := &c.Auth.Tokens[i]
+		key := fmt.Sprintf("auth.tokens[%d]", i)
+		if t.Token != "" && t.TokenEnv != "" {
+			return fmt.Errorf("config: %s: set token or token_env, not both", key)
+		}
+		if t.TokenEnv != "" {
+			t.Token = os.Getenv(t.TokenEnv)
+			if t.Token == "" {
+				return fmt.Errorf("config: %s.token_env: environment variable %s is empty", key, t.TokenEnv)
+			}
+		}
+		if len(t.Token) < 16 {
+			return fmt.Errorf("config: %s.token: must be at least 16 characters", key)
+		}
+		if !tenantPattern.MatchString(t.Tenant) {
+			return fmt.Errorf("config: %s.tenant: %q must match %s", key, t.Tenant, tenantPattern)
+		}
+		if seen[t.Token] {
+			return fmt.Errorf("config: %s.token: the same token is listed twice", key)
+		}
+		seen[t.Token] = true
+	}
+	return nil
+}
+
+// RetrySettings returns the server-wide retry settings: the source's
+// defaults with the file's values applied.
+func (c *Config) RetrySettings() (retry.Settings, error) {
+	s := retry.DefaultSettings()
+	r := c.Retry
+	if r.Enabled != nil {
+		s.Enabled = *r.Enabled
+	}
+	if r.MaxRetries != nil {
+		s.MaxRetries = *r.MaxRetries
+	}
+	if r.BaseDelayMs != nil {
+		s.BaseDelay = time.Duration(*r.BaseDelayMs) * time.Millisecond
+	}
+	if r.MaxDelayMs != nil {
+		s.MaxDelay = time.Duration(*r.MaxDelayMs) * time.Millisecond
+	}
+	if r.ModelFallback != nil {
+		s.ModelFallback = *r.ModelFallback
+	}
+	if r.FallbackChains != nil {
+		s.FallbackChains = r.FallbackChains
+	}
+	if r.FallbackRevertPolicy != "" {
+		s.FallbackRevertPolicy = r.FallbackRevertPolicy
+	}
+	if err := s.Validate(); err != nil {
+		return s, fmt.Errorf("config: %w", err)
+	}
+	for role, chain := range s.FallbackChains {
+		for i, ref := range chain {
+			name, _, ok := strings.Cut(ref, "/")
+			if !ok || !c.hasProvider(name) {
+				return s, fmt.Errorf("config: retry.fallback_chains.%s[%d]: %q does not name a configured provider (provider/model)", role, i, ref)
+			}
+		}
+	}
+	return s, nil
+}
+
+func (c *Config) hasProvider(name string) bool {
+	for _, p := range c.Providers {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	yamlPrefix   = regexp.MustCompile(`^yaml: (unmarshal errors:\n\s*)?`)
+	unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
+	// sections names the key path of each configuration type.
+	sections = map[string]string{
+		"Config": "", "Listen": "listen.", "Store": "store.", "Redis": "store.redis.",
+		"Retry": "retry.", "Auth": "auth.", "Token": "auth.tokens[].", "Provider": "providers[].",
+		"Credential": "providers[].credentials[].", "Sessions": "sessions.",
+	}
+)
+
+// cleanYAMLError makes yaml's messages one readable line that names the key,
+// e.g. "listen.bogus: unknown key (line 3)".
+func cleanYAMLError(err error) string {
+	s := yamlPrefix.ReplaceAllString(err.Error(), "")
+	s = unknownField.ReplaceAllStringFunc(s, func(m string) string {
+		g := unknownField.FindStringSubmatch(m)
+		return fmt.Sprintf("%s%s: unknown key (line %s)", sections[g[3]], g[2], g[1])
+	})
+	s = strings.ReplaceAll(s, "\n  ", "; ")
+	return strings.TrimSpace(s)
+}

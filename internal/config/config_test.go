@@ -1,0 +1,109 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse(strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen.GRPC != "127.0.0.1:9090" || c.Listen.HTTP != "127.0.0.1:8080" || c.Store.Backend != "memory" {
+		t.Fatalf("defaults = %+v", c)
+	}
+	if len(c.Providers) != 1 || c.Providers[0].Name != "sim" || c.Providers[0].Kind != "simulated" {
+		t.Fatalf("providers = %+v", c.Providers)
+	}
+	s, err := c.RetrySettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Enabled || s.MaxRetries != 10 || s.BaseDelay != 500*time.Millisecond || s.MaxDelay != 300*time.Second ||
+		!s.ModelFallback || s.FallbackRevertPolicy != "cooldown-expiry" {
+		t.Fatalf("retry defaults = %+v", s)
+	}
+}
+
+func TestFullConfig(t *testing.T) {
+	t.Setenv("TEST_TOKEN_A", "a-long-enough-token-value")
+	t.Setenv("TEST_ANTHROPIC_KEY", "sk-ant-xyz")
+	c, err := Parse(strings.NewReader(`
+listen:
+  grpc: 127.0.0.1:9191
+  http: 127.0.0.1:8181
+store:
+  backend: redis
+  redis: {addr: 127.0.0.1:6380, db: 2, key_prefix: "x:"}
+retry:
+  enabled: true
+  max_retries: 3
+  base_delay_ms: 100
+  max_delay_ms: 0
+  model_fallback: false
+  fallback_chains:
+    default: [anthropic/claude-sonnet-4-5, sim/echo]
+  fallback_revert_policy: never
+auth:
+  tokens:
+    - token_env: TEST_TOKEN_A
+      tenant: team-a
+providers:
+  - name: anthropic
+    kind: anthropic
+    base_url: https://api.anthropic.com
+    credentials:
+      - id: team-a
+        api_key_env: TEST_ANTHROPIC_KEY
+      - id: team-b
+        api_key: "inline"
+  - name: sim
+    kind: simulated
+    token_delay_ms: 20
+sessions:
+  event_buffer: 128
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.RetrySettings()
+	if s.MaxRetries != 3 || s.BaseDelay != 100*time.Millisecond || s.MaxDelay != 0 || s.ModelFallback || s.FallbackRevertPolicy != "never" {
+		t.Fatalf("retry = %+v", s)
+	}
+	if c.Auth.Tokens[0].Token != "a-long-enough-token-value" || c.Providers[0].Credentials[0].APIKey != "sk-ant-xyz" {
+		t.Fatalf("env values not read: %+v", c)
+	}
+	if c.Store.Redis.DB != 2 || c.Sessions.EventBuffer != 128 || c.Providers[1].TokenDelayMs != 20 {
+		t.Fatalf("config = %+v", c)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"bogus: 1", "bogus: unknown key"},
+		{"listen: {grpc: 127.0.0.1:1, bogus: 2}", "listen.bogus: unknown key"},
+		{"retry: {max_retriez: 2}", "retry.max_retriez: unknown key"},
+		{"providers: [{name: a, kind: anthropic, colour: red}]", "providers[].colour: unknown key"},
+		{"listen: {grpc: nonsense}", "listen.grpc"},
+		{"store: {backend: etcd}", "store.backend"},
+		{"retry: {max_retries: -1}", "max_retries"},
+		{"retry: {max_retries: lots}", "line 1"},
+		{"retry: {base_delay_ms: -5}", "base_delay_ms"},
+		{"retry: {fallback_revert_policy: sometimes}", "fallback_revert_policy"},
+		{"retry: {fallback_chains: {default: [openai/gpt-5]}}", "retry.fallback_chains.default[0]"},
+		{"providers: [{name: x, kind: gemini}]", "providers[0].kind"},
+		{"providers: [{name: x, kind: anthropic}, {name: x, kind: anthropic}]", "providers[1].name"},
+		{"providers: [{name: Bad Name, kind: anthropic}]", "providers[0].name"},
+		{"providers: [{name: a, kind: anthropic, credentials: [{id: k, api_key_env: AGENTD_TEST_UNSET_VAR}]}]", "providers[0].credentials[0].api_key_env"},
+		{"auth: {tokens: [{token: short, tenant: a}]}", "auth.tokens[0].token"},
+		{"auth: {tokens: [{token: a-long-enough-token-value, tenant: ''}]}", "auth.tokens[0].tenant"},
+		{"sessions: {event_buffer: 3}", "sessions.event_buffer"},
+	} {
+		_, err := Parse(strings.NewReader(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want an error naming %q", tc.yaml, err, tc.want)
+		}
+	}
+}

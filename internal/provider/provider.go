@@ -1,0 +1,210 @@
+// Package provider defines what a session needs from an LLM provider: one
+// streaming call that reports its output as it arrives and ends with the
+// assistant message it produced. Providers report failures (with the
+// provider's wording, HTTP status, headers and error codes); sessions decide
+// what to do about them.
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// Kinds of provider, as named in the configuration.
+const (
+	KindAnthropic       = "anthropic"
+	KindOpenAIResponses = "openai-responses"
+	KindOpenAIChat      = "openai-chat"
+	KindSimulated       = "simulated"
+)
+
+// Kinds lists every provider kind agentd knows.
+var Kinds = []string{KindAnthropic, KindOpenAIResponses, KindOpenAIChat, KindSimulated}
+
+// Roles of a message.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Stop reasons of an assistant message, as the session's message_end reports them.
+const (
+	StopEnd     = "stop"
+	StopLength  = "length"
+	StopToolUse = "toolUse"
+	StopError   = "error"
+	StopAborted = "aborted"
+)
+
+// Stop details a provider may attach to an error stop.
+const (
+	// DetailRefusal marks a classifier refusal (Anthropic stop_reason "refusal",
+	// an OpenAI refusal).
+	DetailRefusal = "refusal"
+	// DetailSensitive marks a content-filter stop.
+	DetailSensitive = "sensitive"
+	// DetailInterruptedAfterContent marks a stream that failed after it had
+	// already produced observable output.
+	DetailInterruptedAfterContent = "STREAM_INTERRUPTED_AFTER_CONTENT"
+)
+
+// AbortedMessage is the error message of a call cancelled by its context.
+const AbortedMessage = "Request was aborted"
+
+// Block types.
+const (
+	BlockText             = "text"
+	BlockThinking         = "thinking"
+	BlockRedactedThinking = "redacted_thinking"
+	BlockToolCall         = "tool_call"
+	BlockToolResult       = "tool_result"
+)
+
+// Block is one piece of a message's content.
+type Block struct {
+	Type string `json:"type"`
+	Text string `json:"text,omitempty"`
+	// Tool calls and tool results.
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	ToolName   string          `json:"toolName,omitempty"`
+	ToolInput  json.RawMessage `json:"toolInput,omitempty"`
+	IsError    bool            `json:"isError,omitempty"`
+}
+
+// Message is one entry of a conversation.
+type Message struct {
+	Role    string  `json:"role"`
+	Content []Block `json:"content"`
+	// Assistant messages only.
+	Model        string `json:"model,omitempty"`
+	StopReason   string `json:"stopReason,omitempty"`
+	ErrorMessage string `json:"errorMessage,omitempty"`
+	StopDetails  string `json:"stopDetails,omitempty"`
+}
+
+// Text returns the concatenated text blocks of m.
+func (m *Message) Text() string {
+	var s string
+	for _, b := range m.Content {
+		if b.Type == BlockText {
+			s += b.Text
+		}
+	}
+	return s
+}
+
+// HasObservableOutput reports whether m holds anything a client has already
+// seen stream: a tool call, non-empty text, thinking or redacted thinking.
+func (m *Message) HasObservableOutput() bool {
+	for _, b := range m.Content {
+		switch b.Type {
+		case BlockToolCall:
+			return true
+		case BlockText, BlockThinking, BlockRedactedThinking:
+			if b.Text != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Tool is a client-executed tool the model may call.
+type Tool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+}
+
+// Credential is one secret of a provider. The secret never leaves the
+// provider client: not in errors, events, logs or history.
+type Credential struct {
+	ID     string
+	Secret string
+}
+
+// String never prints the secret.
+func (c Credential) String() string { return "credential(" + c.ID + ")" }
+
+// Request is one model call.
+type Request struct {
+	Model    string
+	System   string
+	Messages []Message // the runtime context, oldest first
+	Tools    []Tool
+	// Credential to call with; empty for providers that need none.
+	Credential Credential
+	// Call is the 0-based index of this model call within its prompt
+	// (retries and tool-loop turns included). Scripted providers use it to
+	// play a fault script attempt by attempt.
+	Call int
+}
+
+// Delta is output that arrived while streaming.
+type Delta struct {
+	Text     string
+	Thinking string
+	// ToolCall fragments: the call id and name arrive first, then pieces of
+	// its JSON input.
+	ToolCallID   string
+	ToolName     string
+	ToolArgsPart string
+}
+
+// Usage counts tokens.
+type Usage struct {
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// Failure is what a provider knows about a failed call, beyond the message
+// text: what the retry engine needs to classify it.
+type Failure struct {
+	Status  int         // HTTP status, 0 when the call failed before one arrived
+	Headers http.Header // response headers, when a response arrived
+	Type    string      // provider error.type, e.g. "overloaded_error"
+	Code    string      // provider error.code, e.g. "insufficient_quota"
+}
+
+// Result is the end of one model call.
+type Result struct {
+	// Message is the assistant message, with StopReason, ErrorMessage and
+	// StopDetails set. On failure its content holds what was streamed before
+	// the failure (completed tool calls only).
+	Message Message
+	// Failure is set when Message.StopReason is StopError and the provider
+	// knows more than the message text.
+	Failure *Failure
+	Usage   Usage
+	// ResetState is set when the provider dropped cached server-side state
+	// (e.g. an OpenAI Responses previous_response_id) so the next call sends
+	// the full history.
+	ResetState bool
+}
+
+// Provider streams one model call at a time. Stream must return when ctx is
+// done (StopReason StopAborted, ErrorMessage AbortedMessage), must call
+// onDelta from the calling goroutine only, and never returns an error: every
+// failure is a Result with StopReason StopError.
+type Provider interface {
+	Stream(ctx context.Context, req *Request, onDelta func(Delta)) Result
+}
+
+// HTTPErrorMessage formats a provider's error answer the way every agentd
+// provider client reports it: status, error type and the provider's own
+// wording, so that text classification sees the provider's words.
+func HTTPErrorMessage(status int, errType, message string) string {
+	switch {
+	case errType != "" && message != "":
+		return fmt.Sprintf("%d %s: %s", status, errType, message)
+	case message != "":
+		return fmt.Sprintf("%d %s", status, message)
+	case errType != "":
+		return fmt.Sprintf("%d %s", status, errType)
+	default:
+		return fmt.Sprintf("%d %s", status, http.StatusText(status))
+	}
+}

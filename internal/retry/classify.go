@@ -1,0 +1,544 @@
+package retry
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Class is what kind of failure a failed assistant turn is, as far as retrying
+// goes. Its string form is the name used on the wire (events, `agentd
+// classify`, metrics labels).
+type Class string
+
+// The classes of [Classify]. A verdict is retryable exactly when its class is
+// transient, usage_limit, stale_replay or refusal.
+const (
+	// ClassTransient is overload, throttling, a server error or a transport
+	// failure: back off and try again.
+	ClassTransient Class = "transient"
+	// ClassUsageLimit is a quota, billing or account-level limit: block the
+	// credential until its window ends and rotate to a sibling; back off only
+	// when no sibling is free.
+	ClassUsageLimit Class = "usage_limit"
+	// ClassContextOverflow is a prompt that does not fit the model's context.
+	// It is never retried; compaction handles it.
+	ClassContextOverflow Class = "context_overflow"
+	// ClassStaleReplay is an OpenAI Responses replay whose stored state is gone
+	// (item or previous_response not found, expired, invalid, zero data
+	// retention): reset the cached provider session and retry at once, without
+	// credential or model fallback.
+	ClassStaleReplay Class = "stale_replay"
+	// ClassRefusal is a classifier refusal (stopDetails "refusal" or
+	// "sensitive"). It is retried only on a fallback model, never on the same
+	// one.
+	ClassRefusal Class = "refusal"
+	// ClassNotRetryable is everything else, including retryable classes that
+	// the observable-output rule excluded (see Verdict.Underlying).
+	ClassNotRetryable Class = "not_retryable"
+)
+
+// String returns the wire name of the class.
+func (c Class) String() string { return string(c) }
+
+// Retryable reports whether a verdict of this class starts a retry (for a
+// refusal, only through model fallback).
+func (c Class) Retryable() bool {
+	switch c {
+	case ClassTransient, ClassUsageLimit, ClassStaleReplay, ClassRefusal:
+		return true
+	}
+	return false
+}
+
+// StopDetailStreamInterrupted is the stop detail a stream gets when it failed
+// after emitting content; such a turn is never replayed (except refusals).
+const StopDetailStreamInterrupted = "stream_interrupted_after_content"
+
+// GenericAbortSentinel is the error message of a content-less aborted stop that
+// was not caused by the user (reference-notes a.7, GENERIC_ABORT_SENTINEL).
+const GenericAbortSentinel = "Request was aborted"
+
+// IsReasonlessAbort reports whether a stop is the reasonless abort that the
+// session retries without model fallback: stopReason "aborted", no content,
+// and the generic sentinel as its message (with or without a final period,
+// as the reference's HEAD accepts). The caller must also check that no user,
+// dispose or streaming-edit-guard abort is in progress; this package cannot
+// know. The same text with stopReason "error" is not retried ([Classify]
+// returns not_retryable for it).
+func IsReasonlessAbort(stopReason, errorMessage string, hasContent bool) bool {
+	if stopReason != "aborted" || hasContent {
+		return false
+	}
+	return errorMessage == GenericAbortSentinel || errorMessage == GenericAbortSentinel+"."
+}
+
+// ReasonlessAbortVerdict is the verdict to hand to [Plan] for a stop that
+// [IsReasonlessAbort] accepted: an ordinary transient backoff without a hint.
+func ReasonlessAbortVerdict() Verdict {
+	return Verdict{
+		Class:      ClassTransient,
+		Retryable:  true,
+		Underlying: ClassTransient,
+		Reason:     "reasonless abort (generic abort sentinel); retry without model fallback",
+	}
+}
+
+// Failure is what is known about a failed assistant turn.
+type Failure struct {
+	StopReason       string      // "error", "aborted", "stop", ... (message_end stopReason)
+	ErrorMessage     string      // the error text, as the provider client wrote it
+	StopDetails      string      // "refusal", "sensitive", "stream_interrupted_after_content" (any case) or ""
+	API              string      // provider kind: "anthropic", "openai-responses", "openai-chat", "simulated", or ""
+	Status           int         // HTTP status when known, else 0 (200 for an in-stream error event)
+	Headers          http.Header // response headers when known; keys are matched case-insensitively
+	ErrorType        string      // provider error.type, e.g. "overloaded_error"
+	ErrorCode        string      // provider error.code, e.g. "insufficient_quota"
+	ObservableOutput bool        // stream already emitted a tool call, non-empty text, thinking or redacted thinking
+
+	// ContextWindow and InputTokens, when both are known (> 0), detect the
+	// silent overflow of reference-notes a.3: input + cache read + cache write
+	// tokens (InputTokens) above the model's context window. Leave them 0 when
+	// unknown.
+	ContextWindow int
+	InputTokens   int
+}
+
+// Verdict is the classifier's answer.
+type Verdict struct {
+	// Class is the failure's class. When the observable-output rule excluded a
+	// retryable class, Class is ClassNotRetryable and Underlying keeps the
+	// original.
+	Class Class
+	// Retryable is Class.Retryable(): whether the session starts (or goes on
+	// with) a retry chain. For ClassRefusal only through model fallback.
+	Retryable bool
+	// Hint is the provider's retry hint (headers first, then message wording;
+	// see [ParseHint]), valid when HasHint. It is parsed for every class.
+	Hint    time.Duration
+	HasHint bool
+	// Underlying is the class before the observable-output exclusion; equal to
+	// Class in every other case.
+	Underlying Class
+	// UsageWindow, for a usage limit (Underlying), is how long the credential
+	// is to be considered blocked: Hint when HasHint (a hint of 0 stays 0),
+	// else agentd's estimate from the wording (UsageWindowEstimated): 30 min
+	// for quota/unknown, 30 s for rate limits, 60 s for model capacity, 20 s
+	// for server errors (reference-notes a.9). Zero for other classes.
+	UsageWindow          time.Duration
+	UsageWindowEstimated bool
+	// Cooldown, for transient and usage-limit failures (Underlying), is how
+	// long the failing model selector should be suppressed before model
+	// fallback (reference-notes d.3): Hint when it is > 0, else 5 min for an
+	// unknown reason, 30 min quota, 30 s rate limit, 60 s capacity, 20 s
+	// server error. Zero for other classes (refusals and stale replays record
+	// no cooldown).
+	Cooldown time.Duration
+	// Reason says in a few words why, for logs and `agentd classify`.
+	Reason string
+}
+
+// LongRateLimitHint is the hint length from which a rate-limited (429)
+// failure is treated as a usage limit: no per-minute throttle asks for ten
+// minutes, while drained subscription windows answer a 429 with Retry-After
+// of hours. Rotating to a sibling beats waiting (or failing on the cap).
+const LongRateLimitHint = 10 * time.Minute
+
+// DefaultUsageWindow is the usage-limit window assumed when neither a hint nor
+// the wording says anything more specific (reference: 30 min for quota and
+// unknown reasons). It is also the longest window agentd ever estimates
+// itself.
+const DefaultUsageWindow = 30 * time.Minute
+
+// Classify decides what kind of failure f is, in the source document's order
+// (retry-policy-source.txt "Retry classification", reference-notes a.2):
+//
+//  1. stopReason must be "error" (an aborted stop is never classified as
+//     retryable here; see [IsReasonlessAbort]). Silent overflow (InputTokens
+//     above ContextWindow) is reported for any stop reason.
+//  2. Context overflow is excluded from retry: structured codes
+//     (context_length_exceeded, request_too_large, status 413, …) or the
+//     overflow wordings of every major provider. It is checked before the
+//     empty-message rule so that compaction still gets a code-only overflow.
+//  3. The error message must be non-empty (after trimming spaces).
+//  4. Classifier refusal (StopDetails "refusal"/"sensitive"): retryable,
+//     checked before and exempt from the observable-output rule.
+//  5. Stale OpenAI Responses replay (only for a Responses API, or with code
+//     previous_response_not_found).
+//  6. Usage limit (quota, billing, account-level and daily limits, opaque 429
+//     bodies, 429 with a hint of LongRateLimitHint or more), then transient
+//     (overload, throttling, 408/429/5xx, server and transport failures). Text
+//     and structure both count: a wording the patterns miss is still caught
+//     by Status, ErrorType or ErrorCode, and vice versa.
+//  7. Observable output (ObservableOutput, or StopDetails
+//     stream_interrupted_after_content) turns steps 5–6 into not_retryable: a
+//     partly produced turn is not silently replayed.
+//
+// now is used for HTTP-date and epoch hints only. A message longer than 64
+// KiB is examined at its first 48 KiB and last 16 KiB. Classify never panics
+// and is safe for concurrent use.
+func Classify(f Failure, now time.Time) Verdict {
+	hint, hasHint := ParseHint(f.Headers, f.ErrorMessage, now)
+	c := newFacts(f)
+	v := Verdict{Hint: hint, HasHint: hasHint}
+	done := func(class Class, reason string) Verdict {
+		v.Class, v.Underlying, v.Retryable, v.Reason = class, class, class.Retryable(), reason
+		return v
+	}
+
+	if f.ContextWindow > 0 && f.InputTokens > f.ContextWindow {
+		return done(ClassContextOverflow, fmt.Sprintf("silent overflow: %d input tokens > context window %d", f.InputTokens, f.ContextWindow))
+	}
+	if f.StopReason != "error" {
+		if f.StopReason == "aborted" {
+			return done(ClassNotRetryable, `stop reason "aborted": deliberate aborts are not retried (reasonless aborts: IsReasonlessAbort)`)
+		}
+		return done(ClassNotRetryable, fmt.Sprintf("stop reason %q is not \"error\"", f.StopReason))
+	}
+	if reason, ok := c.overflow(); ok {
+		return done(ClassContextOverflow, reason+" (context overflow is handled by compaction, never retried)")
+	}
+	if strings.TrimSpace(f.ErrorMessage) == "" {
+		return done(ClassNotRetryable, "empty error message")
+	}
+	if isRefusal(f.StopDetails) {
+		return done(ClassRefusal, fmt.Sprintf("classifier refusal (stopDetails %q): retried only on a fallback model", strings.ToLower(strings.TrimSpace(f.StopDetails))))
+	}
+
+	var class Class
+	var reason string
+	if r, ok := c.stale(); ok {
+		class, reason = ClassStaleReplay, r
+	} else if r, ok := c.usage(hint, hasHint); ok {
+		class, reason = ClassUsageLimit, r
+	} else if r, ok := c.transient(); ok {
+		class, reason = ClassTransient, r
+	} else {
+		return done(ClassNotRetryable, "no retryable signal in status, error type/code or text")
+	}
+
+	v = done(class, reason)
+	if class == ClassUsageLimit || class == ClassTransient {
+		lr := limitReasonOf(c.words, c.lower)
+		if class == ClassUsageLimit {
+			if hasHint {
+				v.UsageWindow = hint
+			} else {
+				v.UsageWindow, v.UsageWindowEstimated = lr.usageEstimate(), true
+			}
+		}
+		if hasHint && hint > 0 {
+			v.Cooldown = hint
+		} else {
+			v.Cooldown = lr.cooldown()
+		}
+	}
+	if f.ObservableOutput || strings.EqualFold(strings.TrimSpace(f.StopDetails), StopDetailStreamInterrupted) {
+		v.Class, v.Retryable = ClassNotRetryable, false
+		v.Reason = reason + "; not retried: the stream already emitted observable output"
+	}
+	return v
+}
+
+func isRefusal(stopDetails string) bool {
+	s := strings.TrimSpace(stopDetails)
+	return strings.EqualFold(s, "refusal") || strings.EqualFold(s, "sensitive")
+}
+
+// facts is a Failure prepared for the pattern families.
+type facts struct {
+	f     Failure
+	words string // words(ErrorMessage)
+	lower string // strings.ToLower(ErrorMessage)
+	code  string // codeKey(ErrorCode)
+	typ   string // codeKey(ErrorType)
+	// status is Failure.Status, or a three-digit ErrorCode (Azure writes
+	// "429") when Status is unknown.
+	status int
+	// textStatus is the status written in the message when Status is unknown
+	// or 2xx (an in-stream error after a 200), else Status.
+	textStatus int
+}
+
+func newFacts(f Failure) facts {
+	msg := clip(f.ErrorMessage)
+	c := facts{
+		f:      f,
+		words:  words(msg),
+		lower:  strings.ToLower(msg),
+		code:   codeKey(f.ErrorCode),
+		typ:    codeKey(f.ErrorType),
+		status: f.Status,
+	}
+	if c.status == 0 {
+		if n, err := strconv.Atoi(strings.TrimSpace(f.ErrorCode)); err == nil && n >= 100 && n <= 599 {
+			c.status = n
+		}
+	}
+	c.textStatus = c.status
+	if c.status < 300 {
+		c.textStatus = statusFromText(msg)
+	}
+	return c
+}
+
+// codeKey normalises an error type or code: "RateLimitReached" and
+// "rate_limit_reached" and "RATE_LIMIT_REACHED" all become
+// "rate_limit_reached".
+func codeKey(s string) string {
+	return strings.ReplaceAll(strings.TrimSpace(words(strings.TrimSpace(s))), " ", "_")
+}
+
+func (c facts) hasCode(set map[string]bool) (string, bool) {
+	if c.code != "" && set[c.code] {
+		return fmt.Sprintf("error code %q", c.code), true
+	}
+	if c.typ != "" && set[c.typ] {
+		return fmt.Sprintf("error type %q", c.typ), true
+	}
+	return "", false
+}
+
+// overflowCodes are structured context-overflow signals.
+var overflowCodes = map[string]bool{
+	"context_length_exceeded":       true,
+	"model_context_window_exceeded": true,
+	"context_window_exceeded":       true,
+	"request_too_large":             true,
+}
+
+func (c facts) overflow() (string, bool) {
+	if r, ok := c.hasCode(overflowCodes); ok {
+		return r, true
+	}
+	if c.status == http.StatusRequestEntityTooLarge {
+		return "HTTP status 413", true
+	}
+	if m, ok := overflowStrongRE.find(c.words); ok {
+		return fmt.Sprintf("text matches %q", m), true
+	}
+	for _, g := range overflowGapped {
+		if strings.Contains(c.words, g.literal) {
+			if m := g.re.FindString(c.words); m != "" {
+				return fmt.Sprintf("text matches %q", m), true
+			}
+		}
+	}
+	if m, ok := overflowWeakRE.find(c.words); ok && c.textStatus != http.StatusTooManyRequests && !throttleRE.match(c.words) {
+		return fmt.Sprintf("text matches %q", m), true
+	}
+	return "", false
+}
+
+// responsesAPIs are the provider kinds that replay stored Responses state.
+var responsesAPIs = map[string]bool{
+	"openai-responses":       true,
+	"openai-codex-responses": true,
+	"azure-openai-responses": true,
+}
+
+func (c facts) stale() (string, bool) {
+	if c.code == "previous_response_not_found" {
+		return `error code "previous_response_not_found": stale Responses replay`, true
+	}
+	if !responsesAPIs[strings.ToLower(strings.TrimSpace(c.f.API))] {
+		return "", false
+	}
+	if m, ok := staleItemRE.find(c.words); ok {
+		return fmt.Sprintf("stale Responses replay: text matches %q", m), true
+	}
+	if loc := stalePrevRE.FindStringIndex(c.words); loc != nil {
+		if d := staleDetailRE.FindString(c.words); d != "" {
+			return fmt.Sprintf("stale Responses replay: %q with %q", c.words[loc[0]:loc[1]], d), true
+		}
+	}
+	return "", false
+}
+
+// usageCodes are structured usage-limit signals (OpenAI billing codes,
+// Anthropic spend limit and billing_error, Codex usage limits, gRPC
+// RESOURCE_EXHAUSTED as Gemini reports it).
+var usageCodes = map[string]bool{
+	"usage_limit_reached":               true,
+	"usage_not_included":                true,
+	"insufficient_quota":                true,
+	"insufficient_balance":              true,
+	"credit_balance_exhausted":          true,
+	"organization_usage_limit_exceeded": true,
+	"organization_spend_limit_exceeded": true,
+	"project_spend_limit_exceeded":      true,
+	"enforced_spend_limit_reached":      true,
+	"billing_hard_limit_reached":        true,
+	"billing_not_active":                true,
+	"billing_error":                     true,
+	"quota_exceeded":                    true,
+	"resource_exhausted":                true,
+	"payment_required":                  true,
+}
+
+// rateLimitCodes are the codes of ordinary throttling.
+var rateLimitCodes = map[string]bool{
+	"rate_limit_error":    true,
+	"rate_limit_exceeded": true,
+	"rate_limit_reached":  true,
+	"too_many_requests":   true,
+}
+
+func (c facts) usage(hint time.Duration, hasHint bool) (string, bool) {
+	if r, ok := c.hasCode(usageCodes); ok {
+		return r, true
+	}
+	if c.status == http.StatusPaymentRequired {
+		return "HTTP status 402", true
+	}
+	if strings.EqualFold(strings.TrimSpace(headerValue(c.f.Headers, "anthropic-ratelimit-unified-status")), "rejected") {
+		return "anthropic-ratelimit-unified-status: rejected (subscription window drained)", true
+	}
+	if m, ok := usageRE.find(c.words); ok {
+		return fmt.Sprintf("usage limit: text matches %q", m), true
+	}
+	if accountRateLimited(c.words) {
+		return "account-level rate limit (usage limit)", true
+	}
+	is429 := c.textStatus == http.StatusTooManyRequests || c.status == http.StatusTooManyRequests
+	if isOpaque(c.lower) && (is429 || hasStandaloneNumber(c.lower, http.StatusTooManyRequests)) {
+		return "opaque 429 (no explanation in the body)", true
+	}
+	if is429 && limitReasonOf(c.words, c.lower) == reasonQuota {
+		return "429 with quota wording", true
+	}
+	if hasHint && hint >= LongRateLimitHint {
+		_, coded := c.hasCode(rateLimitCodes)
+		if is429 || coded || reasonRateRE.match(c.words) {
+			return fmt.Sprintf("rate limited with a %s hint (a usage window, not throttling)", hint), true
+		}
+	}
+	return "", false
+}
+
+// transientCodes are structured transient signals (Anthropic error types,
+// OpenAI codes, gRPC/Gemini statuses, Azure codes after codeKey).
+var transientCodes = map[string]bool{
+	"overloaded_error":          true,
+	"api_error":                 true,
+	"rate_limit_error":          true,
+	"rate_limit_exceeded":       true,
+	"rate_limit_reached":        true,
+	"too_many_requests":         true,
+	"server_error":              true,
+	"internal_error":            true,
+	"internal_server_error":     true,
+	"service_unavailable":       true,
+	"service_unavailable_error": true,
+	"server_overloaded":         true,
+	"overloaded":                true,
+	"unavailable":               true,
+	"internal":                  true,
+	"deadline_exceeded":         true,
+	"timeout":                   true,
+	"timeout_error":             true,
+	"stream_read_error":         true,
+	"conflict_error":            true,
+	"upstream_error":            true,
+}
+
+func (c facts) transient() (string, bool) {
+	if r, ok := c.hasCode(transientCodes); ok {
+		return r, true
+	}
+	switch s := c.status; {
+	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests:
+		return fmt.Sprintf("HTTP status %d", s), true
+	case s >= 500 && s <= 599 && s != http.StatusNotImplemented && s != http.StatusHTTPVersionNotSupported:
+		return fmt.Sprintf("HTTP status %d", s), true
+	}
+	if c.textStatus == http.StatusBadRequest && strings.Contains(c.words, "model_not_supported") {
+		return "model_not_supported on 400 (Copilot flap)", true
+	}
+	if anthropicEnvelopeRE.MatchString(c.words) && beforeMessageStartRE.MatchString(c.words) {
+		return "Anthropic stream envelope error before message_start", true
+	}
+	if m, ok := transientRE.find(c.words); ok {
+		return fmt.Sprintf("text matches %q", m), true
+	}
+	// A known 4xx status (other than 408/429) outranks numbers in the text:
+	// "max_tokens: 503 is too small" on a 400 is not a server error.
+	if !(c.status >= 400 && c.status < 500) {
+		var found int
+		if standaloneNumbers(c.lower, func(n int) bool {
+			for _, t := range transientStatusNumbers {
+				if n == t {
+					found = n
+					return true
+				}
+			}
+			return false
+		}) {
+			return fmt.Sprintf("status %d in text", found), true
+		}
+	}
+	return "", false
+}
+
+// accountRateLimited reports an account-level rate limit (a usage limit)
+// that is not explicitly per-minute throttling.
+func accountRateLimited(w string) bool {
+	return strings.Contains(w, "account") && accountRateLimitRE.MatchString(w) && !perMinuteRE.match(w)
+}
+
+// limitReason is the reference's parseRateLimitReason result.
+type limitReason int
+
+const (
+	reasonUnknown limitReason = iota
+	reasonQuota
+	reasonCapacity
+	reasonRate
+	reasonServer
+)
+
+func limitReasonOf(w, lower string) limitReason {
+	switch {
+	case reasonQuotaFirstRE.match(w):
+		return reasonQuota
+	case reasonCapacityRE.match(w), hasStandaloneNumber(lower, 529, 503):
+		return reasonCapacity
+	case accountRateLimited(w):
+		return reasonQuota
+	case reasonPerDayRE.match(w):
+		return reasonQuota
+	case reasonRateRE.match(w):
+		return reasonRate
+	case reasonQuotaRE.match(w):
+		return reasonQuota
+	case reasonServerRE.match(w), hasStandaloneNumber(lower, 500):
+		return reasonServer
+	}
+	return reasonUnknown
+}
+
+// usageEstimate is the reference's calculateRateLimitBackoffMs, with the
+// model-capacity range (45–75 s) fixed at its middle so that classification
+// stays deterministic.
+func (r limitReason) usageEstimate() time.Duration {
+	switch r {
+	case reasonRate:
+		return 30 * time.Second
+	case reasonCapacity:
+		return 60 * time.Second
+	case reasonServer:
+		return 20 * time.Second
+	}
+	return DefaultUsageWindow
+}
+
+// cooldown is the model-selector suppression of reference-notes d.3: as
+// usageEstimate, except 5 minutes for an unknown reason.
+func (r limitReason) cooldown() time.Duration {
+	if r == reasonUnknown {
+		return 5 * time.Minute
+	}
+	return r.usageEstimate()
+}

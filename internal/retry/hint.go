@@ -1,0 +1,416 @@
+package retry
+
+import (
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxHint bounds every hint ParseHint returns: a week plus an hour, the
+// longest real provider window (weekly usage limits) with some slack. Longer
+// values are clamped to it, not ignored: "a very long time" stays long enough
+// to trip retry.max_delay_ms, while a garbage value cannot overflow.
+const MaxHint = 7*24*time.Hour + time.Hour
+
+// ParseHint extracts the provider's retry hint. It returns a duration in
+// [0, MaxHint] and true, or 0 and false when nothing usable is found.
+// Malformed values are ignored (the next source is tried); it never panics.
+//
+// Sources, first usable one wins:
+//
+//  1. Headers that say when to retry: retry-after-ms (and Azure's
+//     x-ms-retry-after-ms; milliseconds, fractions allowed), retry-after
+//     (seconds, fractions allowed, or an HTTP date), x-ratelimit-reset-ms,
+//     x-ratelimit-reset (seconds, or a Go duration such as "6m0s"),
+//     x-ratelimit-reset-after (seconds or Go duration). For the reset headers
+//     a value above 1e12 is an epoch in milliseconds and above 1e9 an epoch in
+//     seconds (as the reference does).
+//  2. The message wording: "retry-after-ms=N" and "retry-after: N|date"
+//     echoed into the text, spoken durations after "try again in", "retry
+//     in", "retry after", "reset(s) in", "reset after", "available in" ("1.4s",
+//     "644ms", "~158 min", "3 hours", "18h31m10s", "1 day 2 hours and 5
+//     minutes"), "resets at <RFC 3339 time>", Gemini's "retryDelay": "7s",
+//     and "x-ratelimit-reset(-ms)=N" echoed into the text. A spoken duration
+//     must be > 0.
+//  3. Per-bucket reset headers: anthropic-ratelimit-*-reset (RFC 3339 or an
+//     epoch) and x-ratelimit-reset-requests|tokens|… (Go durations). Only
+//     exhausted buckets count (a bucket whose -remaining is above 0, or whose
+//     -status is "allowed…", is skipped); the latest reset among them wins.
+//     These come after the wording because they give the time until the
+//     bucket is full again, not the earliest moment a request is allowed
+//     (wire-formats §2.3): OpenAI's "try again in 9.8s" beats
+//     "x-ratelimit-reset-tokens: 6m0s".
+//
+// Absolute times (HTTP dates, epochs, RFC 3339) are taken relative to now; a
+// time in the past gives 0 (retry at once). Header names are matched
+// case-insensitively. A message longer than 64 KiB is read at its first 48
+// KiB and last 16 KiB.
+func ParseHint(h http.Header, message string, now time.Time) (time.Duration, bool) {
+	if d, ok := hintFromRetryHeaders(h, now); ok {
+		return d, true
+	}
+	if d, ok := hintFromMessage(message, now); ok {
+		return d, true
+	}
+	return hintFromBucketResets(h, now)
+}
+
+// headerValue returns the first non-empty value of the header name, matched
+// case-insensitively (canonical key first, then other spellings in sorted
+// order so that the result is deterministic).
+func headerValue(h http.Header, name string) string {
+	if h == nil {
+		return ""
+	}
+	for _, v := range h[http.CanonicalHeaderKey(name)] {
+		if v = strings.TrimSpace(v); v != "" {
+			return v
+		}
+	}
+	var keys []string
+	for k := range h {
+		if strings.EqualFold(k, name) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range h[k] {
+			if v = strings.TrimSpace(v); v != "" {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+var plainNumberRE = regexp.MustCompile(`^\d+(?:\.\d+)?$`)
+
+// parseNumber parses a plain non-negative decimal ("20", "1.5"); no signs,
+// exponents, hex, Inf or NaN.
+func parseNumber(s string) (float64, bool) {
+	s = strings.TrimSpace(s)
+	if !plainNumberRE.MatchString(s) {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil && !math.IsInf(v, 1) { // a huge value parses as +Inf with ErrRange: clamp it below
+		return 0, false
+	}
+	return v, true
+}
+
+// scaled converts v units into a duration in [0, MaxHint].
+func scaled(v float64, unit time.Duration) (time.Duration, bool) {
+	if math.IsNaN(v) || v < 0 {
+		return 0, false
+	}
+	ns := v * float64(unit)
+	if ns >= float64(MaxHint) {
+		return MaxHint, true
+	}
+	return time.Duration(math.Round(ns)), true
+}
+
+// until is the time from now to t, in [0, MaxHint].
+func until(t, now time.Time) time.Duration {
+	d := t.Sub(now) // saturates instead of overflowing
+	if d < 0 {
+		return 0
+	}
+	if d > MaxHint {
+		return MaxHint
+	}
+	return d
+}
+
+// resetValue parses a reset value: an epoch in ms (> 1e12) or s (> 1e9), a
+// relative number of units, or a Go duration.
+func resetValue(s string, unit time.Duration, now time.Time) (time.Duration, bool) {
+	if v, ok := parseNumber(s); ok {
+		switch {
+		case v > 1e15: // beyond year 33000 even in milliseconds
+			return MaxHint, true
+		case v > 1e12:
+			return until(time.UnixMilli(int64(v)), now), true
+		case v > 1e9:
+			sec, frac := math.Modf(v)
+			return until(time.Unix(int64(sec), int64(frac*1e9)), now), true
+		}
+		return scaled(v, unit)
+	}
+	return goDuration(s)
+}
+
+// goDuration parses a non-negative Go duration ("6m0s", "23h47m36.648s").
+func goDuration(s string) (time.Duration, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || s[0] == '-' || s[0] == '+' {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, false
+	}
+	if d > MaxHint {
+		d = MaxHint
+	}
+	return d, true
+}
+
+func hintFromRetryHeaders(h http.Header, now time.Time) (time.Duration, bool) {
+	if len(h) == 0 {
+		return 0, false
+	}
+	for _, name := range []string{"retry-after-ms", "x-ms-retry-after-ms"} {
+		if v, ok := parseNumber(headerValue(h, name)); ok {
+			return scaled(v, time.Millisecond)
+		}
+	}
+	if v := headerValue(h, "retry-after"); v != "" {
+		if n, ok := parseNumber(v); ok {
+			return scaled(n, time.Second)
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return until(t, now), true
+		}
+	}
+	if d, ok := resetValue(headerValue(h, "x-ratelimit-reset-ms"), time.Millisecond, now); ok {
+		return d, true
+	}
+	for _, name := range []string{"x-ratelimit-reset", "x-ratelimit-reset-after"} {
+		if d, ok := resetValue(headerValue(h, name), time.Second, now); ok {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
+// Message wordings, in the order they are tried. All but the date pattern run
+// on the lower-cased message.
+var (
+	msgRetryAfterMsRE   = regexp.MustCompile(`retry-after-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgRetryAfterRE     = regexp.MustCompile(`retry-after"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\b`)
+	msgRetryAfterDateRE = regexp.MustCompile(`(?i)retry-after"?\s*[:=]\s*"?([a-z]{3,9}, \d{1,2}[ -][a-z]{3}[ -]\d{2,4} \d{2}:\d{2}:\d{2} gmt)`)
+	msgAnchorRE         = regexp.MustCompile(`\b(?:try(?:ing)? again|retry(?:ing)?|resets?|available(?: again)?)\s+(?:in|after)\b`)
+	msgResetAtRE        = regexp.MustCompile(`\bresets?\s+(?:at|on)\s+(\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:z|[+-]\d{2}:\d{2}))`)
+	msgRetryDelayRE     = regexp.MustCompile(`retry_?delay"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\s*(ms|s)\b`)
+	msgResetMsRE        = regexp.MustCompile(`x-ratelimit-reset-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgResetRE          = regexp.MustCompile(`x-ratelimit-reset"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+)
+
+func hintFromMessage(msg string, now time.Time) (time.Duration, bool) {
+	if msg == "" {
+		return 0, false
+	}
+	msg = clip(msg)
+	lower := strings.ToLower(msg)
+	if m := msgRetryAfterMsRE.FindStringSubmatch(lower); m != nil {
+		if v, ok := parseNumber(m[1]); ok {
+			return scaled(v, time.Millisecond)
+		}
+	}
+	if m := msgRetryAfterRE.FindStringSubmatch(lower); m != nil {
+		if v, ok := parseNumber(m[1]); ok {
+			return scaled(v, time.Second)
+		}
+	}
+	if m := msgRetryAfterDateRE.FindStringSubmatch(msg); m != nil {
+		if t, err := http.ParseTime(m[1]); err == nil {
+			return until(t, now), true
+		}
+	}
+	for _, loc := range msgAnchorRE.FindAllStringIndex(lower, -1) {
+		if d, ok := spokenDuration(lower[loc[1]:]); ok && d > 0 {
+			return d, true
+		}
+	}
+	if m := msgResetAtRE.FindStringSubmatch(lower); m != nil {
+		ts := strings.ToUpper(strings.Replace(m[1], " ", "T", 1))
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			return until(t, now), true
+		}
+	}
+	if m := msgRetryDelayRE.FindStringSubmatch(lower); m != nil {
+		unit := time.Second
+		if m[2] == "ms" {
+			unit = time.Millisecond
+		}
+		if v, ok := parseNumber(m[1]); ok && v > 0 {
+			return scaled(v, unit)
+		}
+	}
+	if m := msgResetMsRE.FindStringSubmatch(lower); m != nil {
+		if d, ok := resetValue(m[1], time.Millisecond, now); ok {
+			return d, true
+		}
+	}
+	if m := msgResetRE.FindStringSubmatch(lower); m != nil {
+		if d, ok := resetValue(m[1], time.Second, now); ok {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
+// spokenUnits are the unit words of spoken durations, longest first so that
+// "ms" wins over "m" and "mins" over "min".
+var spokenUnits = func() []struct {
+	name string
+	d    time.Duration
+} {
+	u := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"milliseconds", time.Millisecond}, {"millisecond", time.Millisecond}, {"msecs", time.Millisecond},
+		{"msec", time.Millisecond}, {"ms", time.Millisecond},
+		{"seconds", time.Second}, {"second", time.Second}, {"secs", time.Second}, {"sec", time.Second}, {"s", time.Second},
+		{"minutes", time.Minute}, {"minute", time.Minute}, {"mins", time.Minute}, {"min", time.Minute}, {"m", time.Minute},
+		{"hours", time.Hour}, {"hour", time.Hour}, {"hrs", time.Hour}, {"hr", time.Hour}, {"h", time.Hour},
+		{"days", 24 * time.Hour}, {"day", 24 * time.Hour}, {"d", 24 * time.Hour},
+	}
+	sort.SliceStable(u, func(i, j int) bool { return len(u[i].name) > len(u[j].name) })
+	return u
+}()
+
+// spokenDuration parses the duration at the start of s (lower case): one or
+// more "<number> <unit>" pairs, optionally led by "~", "about" or
+// "approximately", separated by spaces, commas or "and" ("~158 min",
+// "18h31m10s", "1 day, 2 hours and 5 minutes"). It stops at the first thing
+// that is not such a pair.
+func spokenDuration(s string) (time.Duration, bool) {
+	i := skipSpaces(s, 0)
+	for _, p := range []string{"~", "about ", "approximately ", "approx. ", "approx "} {
+		if strings.HasPrefix(s[i:], p) {
+			i = skipSpaces(s, i+len(p))
+			break
+		}
+	}
+	var total float64 // nanoseconds
+	pairs := 0
+	for {
+		j := i
+		if pairs > 0 {
+			j = skipSpaces(s, j)
+			if j < len(s) && s[j] == ',' {
+				j = skipSpaces(s, j+1)
+			}
+			if strings.HasPrefix(s[j:], "and ") {
+				j = skipSpaces(s, j+4)
+			}
+		}
+		k := j
+		for k < len(s) && isDigit(s[k]) {
+			k++
+		}
+		if k == j {
+			break
+		}
+		if k+1 < len(s) && s[k] == '.' && isDigit(s[k+1]) {
+			k++
+			for k < len(s) && isDigit(s[k]) {
+				k++
+			}
+		}
+		num, ok := parseNumber(s[j:k])
+		if !ok {
+			break
+		}
+		u := skipSpaces(s, k)
+		var unit time.Duration
+		for _, cand := range spokenUnits {
+			if strings.HasPrefix(s[u:], cand.name) {
+				end := u + len(cand.name)
+				if end == len(s) || !isLower(s[end]) {
+					unit, u = cand.d, end
+					break
+				}
+			}
+		}
+		if unit == 0 {
+			break
+		}
+		total += num * float64(unit)
+		pairs++
+		i = u
+	}
+	if pairs == 0 {
+		return 0, false
+	}
+	return scaled(total, 1)
+}
+
+func skipSpaces(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// hintFromBucketResets reads the per-bucket reset headers of exhausted
+// buckets and returns the latest reset.
+func hintFromBucketResets(h http.Header, now time.Time) (time.Duration, bool) {
+	if len(h) == 0 {
+		return 0, false
+	}
+	var best time.Duration
+	found := false
+	for k := range h {
+		name := strings.ToLower(k)
+		var d time.Duration
+		var ok bool
+		switch {
+		case strings.HasPrefix(name, "anthropic-ratelimit-") && strings.HasSuffix(name, "-reset"):
+			bucket := strings.TrimSuffix(name, "-reset")
+			if !bucketExhausted(h, bucket+"-remaining", bucket+"-status") {
+				continue
+			}
+			d, ok = absoluteReset(headerValue(h, name), now)
+		case strings.HasPrefix(name, "x-ratelimit-reset-") && name != "x-ratelimit-reset-ms" && name != "x-ratelimit-reset-after":
+			bucket := strings.TrimPrefix(name, "x-ratelimit-reset-")
+			if !bucketExhausted(h, "x-ratelimit-remaining-"+bucket, "") {
+				continue
+			}
+			d, ok = resetValue(headerValue(h, name), time.Second, now)
+		default:
+			continue
+		}
+		if ok && (!found || d > best) {
+			best, found = d, true
+		}
+	}
+	return best, found
+}
+
+// bucketExhausted reports whether a rate-limit bucket may be the one that
+// stopped the request: its remaining count is unknown or not above 0, and its
+// status (Anthropic unified windows) is not "allowed…".
+func bucketExhausted(h http.Header, remainingName, statusName string) bool {
+	if v, ok := parseNumber(headerValue(h, remainingName)); ok && v > 0 {
+		return false
+	}
+	if statusName != "" && strings.HasPrefix(strings.ToLower(headerValue(h, statusName)), "allowed") {
+		return false
+	}
+	return true
+}
+
+// absoluteReset parses an RFC 3339 time or an epoch (seconds or ms).
+func absoluteReset(s string, now time.Time) (time.Duration, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, false
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return until(t, now), true
+	}
+	if v, ok := parseNumber(s); ok && v > 1e9 {
+		return resetValue(s, time.Second, now)
+	}
+	return 0, false
+}

@@ -1,0 +1,297 @@
+package retry
+
+import (
+	"regexp"
+)
+
+// The classifier's phrase families. Every pattern runs on words(message):
+// camelCase split, lower case. Word patterns start with lead, a leading word
+// boundary that (unlike \b) treats '_' as a separator, so snake_case codes
+// such as "rate_limit_error" match while "Unterminated" does not match
+// "terminated" and "Generate" does not match "rate". Three-digit status
+// numbers are not matched here but by standaloneNumbers.
+
+// lead is the leading word boundary of the word patterns: the start of the
+// text or a byte that is not a lower-case letter or a digit.
+func lead(s string, i int) bool { return i == 0 || !(isLower(s[i-1]) || isDigit(s[i-1])) }
+
+// phrases is a pattern family. Each pattern is compiled on its own, so that
+// the regexp engine can skip ahead to its literal prefix instead of running
+// one large alternation at every byte.
+type phrases struct {
+	res  []*regexp.Regexp
+	word bool // each match must start at a word boundary (lead)
+}
+
+// wordPhrases is a family whose matches must start at a word boundary.
+func wordPhrases(alts ...string) phrases {
+	p := anyPhrases(alts...)
+	p.word = true
+	return p
+}
+
+// anyPhrases is a family whose matches may start anywhere.
+func anyPhrases(alts ...string) phrases {
+	p := phrases{res: make([]*regexp.Regexp, len(alts))}
+	for i, a := range alts {
+		p.res[i] = regexp.MustCompile(a)
+	}
+	return p
+}
+
+// find returns the text matched by the first pattern (in list order) that
+// matches s.
+func (p phrases) find(s string) (string, bool) {
+	for _, re := range p.res {
+		if m, ok := p.findOne(re, s); ok {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+func (p phrases) findOne(re *regexp.Regexp, s string) (string, bool) {
+	if !p.word {
+		if loc := re.FindStringIndex(s); loc != nil {
+			return s[loc[0]:loc[1]], true
+		}
+		return "", false
+	}
+	// Word patterns contain no ^ or \b, so matching a suffix of s is sound.
+	for off := 0; off < len(s); {
+		loc := re.FindStringIndex(s[off:])
+		if loc == nil {
+			return "", false
+		}
+		start, end := off+loc[0], off+loc[1]
+		if lead(s, start) {
+			return s[start:end], true
+		}
+		off = start + 1
+	}
+	return "", false
+}
+
+// match reports whether any pattern matches s.
+func (p phrases) match(s string) bool {
+	_, ok := p.find(s)
+	return ok
+}
+
+// overflowStrongRE: context-overflow wordings (reference-notes a.3, plus the
+// wordings of providers it does not list). A match makes the failure a
+// context overflow whatever else the text says. The reference's patterns
+// with unbounded gaps are in overflowGapped.
+var overflowStrongRE = anyPhrases(
+	// reference (OVERFLOW_PATTERNS)
+	`prompt is too long`,                    // Anthropic
+	`input is too long for requested model`, // Amazon Bedrock
+	`exceeds the context window`,            // OpenAI Responses / Completions
+	`maximum prompt length is \d+`,          // xAI
+	`reduce the length of the messages`,     // Groq, OpenAI
+	`maximum context length is \d+ tokens`,  // OpenRouter, OpenAI, DeepSeek, vLLM
+	`exceeds the available context size`,    // llama.cpp server
+	`greater than the context length`,       // LM Studio
+	`context window exceeds limit`,          // MiniMax
+	`exceeded model token limit`,            // Kimi
+	`context[_ ]length[_ ]exceeded`,
+	`request_too_large`, // Anthropic 413
+	`request exceeds the maximum size`,
+	`payload too large`,
+	`entity too large`,
+	`model_context_window_exceeded`,                 // z.ai finish_reason
+	`prompt filled the context window`,              // Ollama OpenAI-compatible
+	`\b4(?:00|13)\s*(?:status code)?\s*\(no body\)`, // Cerebras, Mistral bare 400/413
+	// beyond the reference
+	"exceeds? (?:the )?context limit",                // Anthropic "input length and `max_tokens` exceed context limit"
+	`maximum context length`,                         // Mistral "… too large for model with 32768 maximum context length", Fireworks, Ollama
+	`input token count is \d+ but`,                   // Vertex AI "… but model only supports up to N"
+	`request too large for`,                          // OpenAI / Groq TPM: a request that can never fit
+	`tokens must be reduced`,                         // OpenAI "The input or output tokens must be reduced"
+	`too many input tokens`,                          // Amazon Titan
+	`tokens in the prompt cannot exceed`,             // Cohere
+	`longer than the maximum model length`,           // vLLM decoder prompt
+	`larger than the (?:max(?:imum)? )?context size`, // llama.cpp
+	`must have less than \d+ tokens`,                 // TGI / Hugging Face
+	"tokens \\+ `?max_new_tokens`? must be <=",       // TGI / Together
+	`context_window_exceeded`,
+	`input length exceeds`, // Ollama, generic
+)
+
+// overflowGapped are the reference's overflow patterns with unbounded gaps,
+// each run only when the text contains its literal (the gaps make them the
+// most expensive patterns by far).
+var overflowGapped = []struct {
+	literal string
+	re      *regexp.Regexp
+}{
+	{"input token count", regexp.MustCompile(`input token count.*exceeds the maximum`)}, // Google Gemini
+	{"requested token", regexp.MustCompile(`requested tokens?.*exceed.*context (?:window|length|size)`)},
+	{"context ", regexp.MustCompile(`context (?:window|length|size).*(?:exceeded|overflow|too small)`)},
+	{"too ", regexp.MustCompile(`(?:prompt|input).*(?:too long|too large).*(?:context|n_ctx)`)},
+	{"requested token", regexp.MustCompile(`requested tokens?.*(?:exceeds?|greater than).*(?:n_ctx|context)`)},
+	{"413", regexp.MustCompile(`\b413\b.*\b(?:request|payload|entity)\b.*\btoo large\b`)},
+}
+
+// overflowWeakRE: overflow wordings that throttling messages share ("Too many
+// tokens, please wait before trying again" is AWS throttling). They count only
+// when the text carries no throttling signal (throttleRE, status 429).
+var overflowWeakRE = anyPhrases(
+	`too many tokens`,
+	`token limit exceeded`,
+	`exceeds the limit of \d+`, // GitHub Copilot
+)
+
+// throttleRE: wording of per-period throttling, which vetoes overflowWeakRE.
+var throttleRE = anyPhrases(
+	`per.?(?:minute|min|second|sec|hour|day)\b`,
+	`\b(?:tpm|rpm|tpd|rpd)\b`,
+	`rate.?limit`,
+	`please wait`,
+	`wait before`,
+	`try again in`,
+	`throttl`,
+	`this minute`,
+)
+
+// staleItemRE and stalePrevRE/staleDetailRE: the stale OpenAI Responses replay
+// (reference-notes a.4).
+var (
+	staleItemRE   = wordPhrases(`item with id ['"][^'"]+['"] not found`)
+	stalePrevRE   = regexp.MustCompile(`previous[ _]?response`)
+	staleDetailRE = regexp.MustCompile(`not[ _]?found|invalid|expired|stale|zero[ _-]?data[ _-]?retention`)
+)
+
+// transientRE: the source's transient transport/envelope families (reference
+// notes a.8, TRANSIENT_TRANSPORT_PATTERN and classifyText) with word
+// boundaries, plus the transport errors of Go's net/http, crypto/tls and
+// x/net/http2, Node, Envoy and Bedrock.
+var transientRE = wordPhrases(
+	// overloaded / provider-returned-error
+	`overloaded`,
+	`provider.?returned.?error`,
+	`provider (?:returned error finish_reason|finish_reason:\s*error)`,
+	// rate limit / too many requests (usage limits are told apart separately)
+	`rate.?limit`,
+	`too many (?:concurrent )?requests`,
+	`throttl(?:e|ed|es|ing)`,
+	`(?:requests?|tokens?) per (?:minute|second|min|sec)`,
+	// service unavailable / server / internal error
+	`service.?unavailable`,
+	`(?:temporarily|currently) (?:unavailable|overloaded)`,
+	`server.?error`,
+	`server had an error`,
+	`internal.?error`,
+	`internal server`,
+	`bad gateway`,
+	`no healthy upstream`,
+	`model (?:is )?not ready`,
+	`model stream error`,
+	`capacity (?:exceeded|constraints?)`,
+	`(?:at|over|insufficient) capacity`,
+	// provider-suggested retry wording
+	`retry your request`,
+	`try again later`,
+	`please retry`,
+	`wait before (?:trying|retrying)`,
+	// network / connection / socket
+	`network.?error`,
+	`connection.?error`,
+	`connection.?refused`,
+	`connection.?reset`,
+	`connection (?:was |has been )?(?:closed|lost|aborted|dropped|terminated)`,
+	`closed network connection`,
+	`server closed idle connection`,
+	`broken pipe`,
+	`(?:network|host) is (?:unreachable|down)`,
+	`no route to host`,
+	`other side closed`,
+	`fetch failed`,
+	`upstream.?connect`,
+	`upstream.?request.?failed`,
+	`reset before headers`,
+	`socket hang.?up`,
+	`(?:the\s+)?socket connection (?:was )?closed unexpectedly`,
+	`unexpected(?:ly)? socket clos`,
+	`socket (?:closed|error)`,
+	`econn(?:reset|refused|aborted)`,
+	`epipe`,
+	`ehostunreach`,
+	`enetunreach`,
+	`enetdown`,
+	`eai_again`,
+	`und_err_socket`,
+	`temporary failure in name resolution`,
+	`server misbehaving`,
+	`unexpected eof`,
+	`eof(?:[^a-z0-9]|$)`,
+	`bad record mac`,
+	// timeouts
+	`timed?\s*out`,
+	`etimedout`,
+	`deadline.?exceeded`,
+	`stream stall`,
+	// terminated, retry delay, stream errors
+	`terminated`,
+	`retry.?delay`,
+	`no error details in response`,
+	`stream[_ -]?read[_ -]?error`,
+	`http2 ?(?:stream ?reset|refused ?stream|enhance ?your ?calm)`,
+	`refused.?stream`,
+	`enhance.?your.?calm`,
+	`goaway`,
+	`client connection lost`,
+	`malformed.?function.?call`,
+)
+
+// anthropicEnvelopeRE and beforeMessageStartRE together: an Anthropic stream
+// envelope failure before message_start (transient; one "before terminal stop
+// signal" is not).
+var (
+	anthropicEnvelopeRE  = regexp.MustCompile(`anthropic stream envelope error:`)
+	beforeMessageStartRE = regexp.MustCompile(`before message_start`)
+)
+
+// usageRE: usage-limit wordings (reference-notes a.9 at HEAD, plus billing
+// and daily-quota wordings). A usage limit rotates credentials instead of
+// backing off.
+var usageRE = wordPhrases(
+	`usage.?limit`,
+	`usage_not_included`,
+	`limit_reached`,
+	`quota.?exceeded`,
+	`quota.?reached`,
+	`resource.?exhausted`,
+	`exhausted your capacity`,
+	`quota will reset`,
+	`insufficient.?(?:balance|quota|credits?|funds)`,
+	`exceeded your (?:current )?quota`,
+	`spend(?:ing)?.?limit`,
+	`credit.?balance`,
+	`out of credits`,
+	`requires more credits`,
+	`billing.?(?:hard.?limit|not.?active)`,
+	`payment required`,
+	`per.?day`,
+	`daily (?:limit|quota)`,
+)
+
+// accountRateLimitRE is the reference's account-rate-limit pattern: an
+// account-level rate limit is a usage limit. It uses \b exactly as the
+// reference does (so "account/rate-limits" in an OpenAI URL does not match).
+var accountRateLimitRE = regexp.MustCompile(`\baccount(?:'s)?\b[^\n]{0,80}\brate.?limit\b|\brate.?limit\b[^\n]{0,80}\baccount\b`)
+
+// perMinuteRE: explicit per-minute/per-second wording. It keeps the account
+// pattern from turning ordinary throttling into a usage limit.
+var perMinuteRE = anyPhrases(`per.?min(?:ute)?\b`, `\b(?:tpm|rpm)\b`, `per.?second`)
+
+// Rate-limit reason phrases (reference parseRateLimitReason), used for the
+// usage-limit window estimate and the fallback cooldown.
+var (
+	reasonQuotaFirstRE = anyPhrases(`quota will reset`, `exhausted your capacity`)
+	reasonCapacityRE   = anyPhrases(`capacity`, `overloaded`, `resource exhausted`)
+	reasonPerDayRE     = anyPhrases(`per.?day`, `daily (?:limit|quota)`)
+	reasonRateRE       = anyPhrases(`per minute`, `rate.?limit`, `too many requests`, `presque`)
+	reasonQuotaRE      = anyPhrases(`exhausted`, `quota`, `usage limit`, `insufficient.?balance`)
+	reasonServerRE     = anyPhrases(`internal error`, `internal server error`)
+)

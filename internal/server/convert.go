@@ -1,0 +1,245 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/session"
+)
+
+// toStatus maps the session engine's errors onto gRPC status codes, in one
+// place. Messages are safe to show: they never carry secrets.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var inv *session.InvalidError
+	var dropped *session.DroppedError
+	switch {
+	case errors.As(err, &inv):
+		return status.Error(codes.InvalidArgument, inv.Error())
+	case errors.As(err, &dropped):
+		return status.Error(codes.OutOfRange, dropped.Error())
+	case errors.Is(err, session.ErrNotFound), errors.Is(err, credstore.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, session.ErrBusy):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, credstore.ErrReadOnly):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, credstore.ErrExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, session.ErrLimit):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrLogClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	default:
+		return status.FromContextError(err).Err()
+	}
+}
+
+func invalidArg(field, format string, args ...any) error {
+	return status.Error(codes.InvalidArgument, field+": "+fmt.Sprintf(format, args...))
+}
+
+func sessionToProto(st session.State) *agentdv1.Session {
+	out := &agentdv1.Session{
+		Id: st.ID, Tenant: st.Tenant, Model: st.Model, PrimaryModel: st.PrimaryModel, Role: st.Role,
+		SystemPrompt: st.SystemPrompt, Status: st.Status, IsRetrying: st.IsRetrying,
+		RetryAttempt: int32(st.RetryAttempt), AutoRetryEnabled: st.Retry.Enabled,
+		Retry: settingsToProto(st.Retry), CreateTime: timestamppb.New(st.Created),
+		LastSeq: st.LastSeq, MessageCount: int32(st.MessageCount),
+	}
+	for _, t := range st.Tools {
+		pt := &agentdv1.Tool{Name: t.Name, Description: t.Description}
+		if len(t.InputSchema) > 0 {
+			var s structpb.Struct
+			if err := s.UnmarshalJSON(t.InputSchema); err == nil {
+				pt.InputSchema = &s
+			}
+		}
+		out.Tools = append(out.Tools, pt)
+	}
+	return out
+}
+
+func settingsToProto(s retry.Settings) *agentdv1.RetrySettings {
+	out := &agentdv1.RetrySettings{
+		Enabled:              &s.Enabled,
+		MaxRetries:           ptr(int32(s.MaxRetries)),
+		BaseDelayMs:          ptr(s.BaseDelay.Milliseconds()),
+		MaxDelayMs:           ptr(s.MaxDelay.Milliseconds()),
+		ModelFallback:        &s.ModelFallback,
+		FallbackRevertPolicy: &s.FallbackRevertPolicy,
+	}
+	if len(s.FallbackChains) > 0 {
+		out.FallbackChains = map[string]*agentdv1.ModelChain{}
+		for role, chain := range s.FallbackChains {
+			out.FallbackChains[role] = &agentdv1.ModelChain{Models: chain}
+		}
+	}
+	return out
+}
+
+func overridesFromProto(r *agentdv1.RetrySettings) (session.RetryOverrides, error) {
+	var o session.RetryOverrides
+	if r == nil {
+		return o, nil
+	}
+	o.Enabled = r.Enabled
+	o.ModelFallback = r.ModelFallback
+	o.FallbackRevertPolicy = r.FallbackRevertPolicy
+	if r.MaxRetries != nil {
+		n := int(*r.MaxRetries)
+		if n < 0 {
+			return o, invalidArg("retry.max_retries", "must be >= 0, got %d", n)
+		}
+		o.MaxRetries = &n
+	}
+	if r.BaseDelayMs != nil {
+		if *r.BaseDelayMs < 0 || *r.BaseDelayMs > int64(time.Hour/time.Millisecond) {
+			return o, invalidArg("retry.base_delay_ms", "must be between 0 and 3600000, got %d", *r.BaseDelayMs)
+		}
+		d := time.Duration(*r.BaseDelayMs) * time.Millisecond
+		o.BaseDelay = &d
+	}
+	if r.MaxDelayMs != nil {
+		if *r.MaxDelayMs > int64(30*24*time.Hour/time.Millisecond) {
+			return o, invalidArg("retry.max_delay_ms", "must be at most 30 days, got %d", *r.MaxDelayMs)
+		}
+		d := time.Duration(*r.MaxDelayMs) * time.Millisecond
+		o.MaxDelay = &d
+	}
+	if len(r.FallbackChains) > 0 {
+		o.FallbackChains = map[string][]string{}
+		for role, chain := range r.FallbackChains {
+			o.FallbackChains[role] = chain.GetModels()
+		}
+	}
+	return o, nil
+}
+
+func toolsFromProto(tools []*agentdv1.Tool) ([]provider.Tool, error) {
+	out := make([]provider.Tool, 0, len(tools))
+	for i, t := range tools {
+		pt := provider.Tool{Name: t.GetName(), Description: t.GetDescription()}
+		if t.GetInputSchema() != nil {
+			b, err := t.GetInputSchema().MarshalJSON()
+			if err != nil {
+				return nil, invalidArg(fmt.Sprintf("tools[%d].input_schema", i), "%v", err)
+			}
+			pt.InputSchema = b
+		}
+		out = append(out, pt)
+	}
+	return out, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func stopDetails(t string) *agentdv1.StopDetails {
+	if t == "" {
+		return nil
+	}
+	return &agentdv1.StopDetails{Type: t}
+}
+
+func jsonValue(raw json.RawMessage) *structpb.Value {
+	if len(raw) == 0 {
+		return nil
+	}
+	var v structpb.Value
+	if err := v.UnmarshalJSON(raw); err != nil {
+		return structpb.NewStringValue(string(raw))
+	}
+	return &v
+}
+
+// eventToProto maps a session event onto the API's Event.
+func eventToProto(e session.Event) *agentdv1.Event {
+	out := &agentdv1.Event{SessionId: e.SessionID, Seq: e.Seq, Time: timestamppb.New(e.Time), Type: e.Type, PromptId: e.PromptID}
+	switch e.Type {
+	case session.EventAgentStart:
+		out.Payload = &agentdv1.Event_AgentStart{AgentStart: &agentdv1.AgentStart{PromptId: e.PromptID}}
+	case session.EventMessageStart:
+		out.Payload = &agentdv1.Event_MessageStart{MessageStart: &agentdv1.MessageStart{Role: e.Role, Model: e.Model}}
+	case session.EventMessageUpdate:
+		u := &agentdv1.MessageUpdate{TextDelta: e.TextDelta, ThinkingDelta: e.ThinkingDelta}
+		if d := e.ToolCallDelta; d != nil {
+			u.ToolCallDelta = &agentdv1.ToolCallDelta{CallId: d.CallID, Name: d.Name, InputDelta: d.InputDelta}
+		}
+		out.Payload = &agentdv1.Event_MessageUpdate{MessageUpdate: u}
+	case session.EventMessageEnd:
+		out.Payload = &agentdv1.Event_MessageEnd{MessageEnd: &agentdv1.MessageEnd{
+			StopReason: e.StopReason, ErrorMessage: e.ErrorMessage, StopDetails: stopDetails(e.StopDetails),
+			Model: e.Model, Text: e.Text, ErrorClass: e.ErrorClass,
+		}}
+	case session.EventToolCall:
+		tc := &agentdv1.ToolCall{}
+		if e.ToolCall != nil {
+			tc = &agentdv1.ToolCall{CallId: e.ToolCall.CallID, Name: e.ToolCall.Name, Input: jsonValue(e.ToolCall.Input)}
+		}
+		out.Payload = &agentdv1.Event_ToolCall{ToolCall: tc}
+	case session.EventAgentEnd:
+		out.Payload = &agentdv1.Event_AgentEnd{AgentEnd: &agentdv1.AgentEnd{}}
+	case session.EventAutoRetryStart:
+		out.Payload = &agentdv1.Event_AutoRetryStart{AutoRetryStart: &agentdv1.AutoRetryStart{
+			Attempt: int32(e.Attempt), MaxAttempts: int32(e.MaxAttempts), DelayMs: e.Delay.Milliseconds(),
+			ErrorMessage: e.ErrorMessage, ErrorClass: e.ErrorClass, DelaySource: e.DelaySource,
+		}}
+	case session.EventAutoRetryEnd:
+		out.Payload = &agentdv1.Event_AutoRetryEnd{AutoRetryEnd: &agentdv1.AutoRetryEnd{
+			Success: e.Success, Attempt: int32(e.Attempt), FinalError: e.FinalError,
+		}}
+	case session.EventRetryFallbackApplied:
+		out.Payload = &agentdv1.Event_RetryFallbackApplied{RetryFallbackApplied: &agentdv1.RetryFallbackApplied{From: e.From, To: e.To, Role: e.Role}}
+	case session.EventRetryFallbackSucceeded:
+		out.Payload = &agentdv1.Event_RetryFallbackSucceeded{RetryFallbackSucceeded: &agentdv1.RetryFallbackSucceeded{Model: e.Model, Role: e.Role}}
+	case session.EventModelChange:
+		out.Payload = &agentdv1.Event_ModelChange{ModelChange: &agentdv1.ModelChange{From: e.From, To: e.To, Reason: e.Reason}}
+	case session.EventCredentialSwitched:
+		out.Payload = &agentdv1.Event_CredentialSwitched{CredentialSwitched: &agentdv1.CredentialSwitched{Provider: e.Provider, From: e.From, To: e.To}}
+	case session.EventContextOverflow:
+		out.Payload = &agentdv1.Event_ContextOverflow{ContextOverflow: &agentdv1.ContextOverflow{ErrorMessage: e.ErrorMessage}}
+	case session.EventPromptEnd:
+		out.Payload = &agentdv1.Event_PromptEnd{PromptEnd: &agentdv1.PromptEnd{Outcome: e.Outcome, Error: e.Error}}
+	}
+	return out
+}
+
+func entryToProto(e session.Entry) *agentdv1.Message {
+	m := e.Message
+	out := &agentdv1.Message{
+		Index: e.Index, Role: m.Role, Model: m.Model, StopReason: m.StopReason, ErrorMessage: m.ErrorMessage,
+		StopDetails: stopDetails(m.StopDetails), PromptId: e.PromptID, Time: timestamppb.New(e.Time),
+	}
+	if e.ModelChange != nil {
+		out.ModelChange = &agentdv1.ModelChange{From: e.ModelChange.From, To: e.ModelChange.To, Reason: e.ModelChange.Reason}
+	}
+	for _, b := range m.Content {
+		out.Content = append(out.Content, &agentdv1.ContentBlock{
+			Type: b.Type, Text: b.Text, ToolCallId: b.ToolCallID, ToolName: b.ToolName,
+			ToolInput: jsonValue(b.ToolInput), IsError: b.IsError,
+		})
+	}
+	return out
+}
+
+func credentialToProto(i credstore.Info) *agentdv1.Credential {
+	out := &agentdv1.Credential{Id: i.ID, Provider: i.Provider, Status: i.Status, BlockReason: i.BlockReason,
+		BankedResets: int32(i.BankedResets), Source: i.Source}
+	if !i.BlockedUntil.IsZero() {
+		out.BlockedUntil = timestamppb.New(i.BlockedUntil)
+	}
+	return out
+}

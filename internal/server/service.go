@@ -1,0 +1,308 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/session"
+)
+
+// agentService implements agentd.v1.AgentService over the session engine.
+type agentService struct {
+	agentdv1.UnimplementedAgentServiceServer
+	sessions *session.Manager
+	done     <-chan struct{} // closed when the server drains
+}
+
+func (a *agentService) session(ctx context.Context, id string) (*session.Session, error) {
+	if id == "" {
+		return nil, invalidArg("session_id", "is required")
+	}
+	s, err := a.sessions.Get(tenantOf(ctx), id)
+	return s, toStatus(err)
+}
+
+func (a *agentService) CreateSession(ctx context.Context, req *agentdv1.CreateSessionRequest) (*agentdv1.Session, error) {
+	overrides, err := overridesFromProto(req.GetRetry())
+	if err != nil {
+		return nil, err
+	}
+	tools, err := toolsFromProto(req.GetTools())
+	if err != nil {
+		return nil, err
+	}
+	s, err := a.sessions.Create(ctx, tenantOf(ctx), session.CreateParams{
+		Model: req.GetModel(), Role: req.GetRole(), SystemPrompt: req.GetSystemPrompt(),
+		Retry: overrides, Tools: tools,
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return sessionToProto(s.State()), nil
+}
+
+func (a *agentService) GetSession(ctx context.Context, req *agentdv1.GetSessionRequest) (*agentdv1.Session, error) {
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	return sessionToProto(s.State()), nil
+}
+
+const (
+	defaultPageSize = 50
+	maxPageSize     = 1000
+)
+
+func pageSize(field string, n int32, def int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, invalidArg(field, "must be >= 0, got %d", n)
+	case n == 0:
+		return def, nil
+	default:
+		return min(int(n), maxPageSize), nil
+	}
+}
+
+func (a *agentService) ListSessions(ctx context.Context, req *agentdv1.ListSessionsRequest) (*agentdv1.ListSessionsResponse, error) {
+	n, err := pageSize("page_size", req.GetPageSize(), defaultPageSize)
+	if err != nil {
+		return nil, err
+	}
+	list, next, err := a.sessions.List(tenantOf(ctx), n, req.GetPageToken())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &agentdv1.ListSessionsResponse{NextPageToken: next}
+	for _, s := range list {
+		resp.Sessions = append(resp.Sessions, sessionToProto(s.State()))
+	}
+	return resp, nil
+}
+
+func (a *agentService) DeleteSession(ctx context.Context, req *agentdv1.DeleteSessionRequest) (*agentdv1.DeleteSessionResponse, error) {
+	if _, err := a.session(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if err := a.sessions.Delete(ctx, tenantOf(ctx), req.GetSessionId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentdv1.DeleteSessionResponse{}, nil
+}
+
+func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStreamingServer[agentdv1.Event]) error {
+	ctx := stream.Context()
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return err
+	}
+	promptID, sub, err := s.Prompt(ctx, req.GetText())
+	if err != nil {
+		return toStatus(err)
+	}
+	defer sub.Close()
+	// The stream ends with this prompt's prompt_end. A client that goes away
+	// does not stop the prompt: it can follow it with StreamEvents.
+	return a.forward(ctx, sub, stream, func(e session.Event) bool {
+		return e.Type == session.EventPromptEnd && e.PromptID == promptID
+	})
+}
+
+func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream grpc.ServerStreamingServer[agentdv1.Event]) error {
+	ctx := stream.Context()
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return err
+	}
+	after := req.GetAfterSeq()
+	if after == 0 {
+		// SSE reconnects carry Last-Event-ID (forwarded as metadata).
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if v := md.Get(lastEventIDKey); len(v) > 0 && v[0] != "" {
+				n, err := strconv.ParseUint(strings.TrimSpace(v[0]), 10, 64)
+				if err != nil {
+					return invalidArg("Last-Event-ID", "%q is not an event seq", v[0])
+				}
+				after = n
+			}
+		}
+	}
+	sub, err := s.Subscribe(after)
+	if err != nil {
+		var dropped *session.DroppedError
+		if errors.As(err, &dropped) {
+			return toStatus(err)
+		}
+		return invalidArg("after_seq", "%v", err)
+	}
+	defer sub.Close()
+	return a.forward(ctx, sub, stream, func(session.Event) bool { return false })
+}
+
+// forward sends events until last reports the final one, the client goes
+// away, the log closes or the server drains.
+func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], last func(session.Event) bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		e, err := sub.Next(ctx)
+		switch {
+		case errors.Is(err, session.ErrLogClosed):
+			return nil
+		case err != nil && ctx.Err() != nil && stream.Context().Err() == nil:
+			return status.Error(codes.Unavailable, "server is shutting down; resume with after_seq")
+		case err != nil:
+			return toStatus(err)
+		}
+		if err := stream.Send(eventToProto(e)); err != nil {
+			return err
+		}
+		if last(e) {
+			return nil
+		}
+	}
+}
+
+func (a *agentService) Abort(ctx context.Context, req *agentdv1.AbortRequest) (*agentdv1.AbortResponse, error) {
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Abort(ctx); err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentdv1.AbortResponse{}, nil
+}
+
+func (a *agentService) AbortRetry(ctx context.Context, req *agentdv1.AbortRetryRequest) (*agentdv1.AbortRetryResponse, error) {
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	s.AbortRetry()
+	return &agentdv1.AbortRetryResponse{}, nil
+}
+
+func (a *agentService) SetAutoRetry(ctx context.Context, req *agentdv1.SetAutoRetryRequest) (*agentdv1.SetAutoRetryResponse, error) {
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	s.SetAutoRetry(req.GetEnabled())
+	return &agentdv1.SetAutoRetryResponse{Enabled: req.GetEnabled()}, nil
+}
+
+func (a *agentService) ListMessages(ctx context.Context, req *agentdv1.ListMessagesRequest) (*agentdv1.ListMessagesResponse, error) {
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	n, err := pageSize("page_size", req.GetPageSize(), 100)
+	if err != nil {
+		return nil, err
+	}
+	offset := 0
+	if t := req.GetPageToken(); t != "" {
+		v, err := strconv.Atoi(strings.TrimPrefix(t, "m"))
+		if err != nil || v < 0 || !strings.HasPrefix(t, "m") {
+			return nil, invalidArg("page_token", "%q is not a token this server issued", t)
+		}
+		offset = v
+	}
+	entries, total, err := s.Messages(ctx, offset, n)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &agentdv1.ListMessagesResponse{}
+	for _, e := range entries {
+		resp.Messages = append(resp.Messages, entryToProto(e))
+	}
+	if next := offset + len(entries); next < total {
+		resp.NextPageToken = "m" + strconv.Itoa(next)
+	}
+	return resp, nil
+}
+
+func (a *agentService) SubmitToolResults(ctx context.Context, req *agentdv1.SubmitToolResultsRequest) (*agentdv1.SubmitToolResultsResponse, error) {
+	if _, err := a.session(ctx, req.GetSessionId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetResults()) == 0 {
+		return nil, invalidArg("results", "is empty")
+	}
+	for i, r := range req.GetResults() {
+		if r.GetCallId() == "" {
+			return nil, invalidArg("results["+strconv.Itoa(i)+"].call_id", "is required")
+		}
+	}
+	// Sessions declare tools, but no run waits for client tool results yet.
+	return nil, status.Error(codes.FailedPrecondition, "session is not waiting for tool results")
+}
+
+// credentialService implements agentd.v1.CredentialService.
+type credentialService struct {
+	agentdv1.UnimplementedCredentialServiceServer
+	store     *credstore.Memory
+	providers map[string]bool
+}
+
+func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.CreateCredentialRequest) (*agentdv1.Credential, error) {
+	switch {
+	case req.GetProvider() == "":
+		return nil, invalidArg("provider", "is required")
+	case !c.providers[req.GetProvider()]:
+		return nil, invalidArg("provider", "unknown provider %q", req.GetProvider())
+	case req.GetSecret() == "":
+		return nil, invalidArg("secret", "is required")
+	case req.GetBankedResets() < 0:
+		return nil, invalidArg("banked_resets", "must be >= 0")
+	case req.GetId() != "" && !credentialIDRe.MatchString(req.GetId()):
+		return nil, invalidArg("id", "%q must match %s", req.GetId(), credentialIDRe)
+	}
+	info, err := c.store.Add(credstore.Credential{
+		ID: req.GetId(), Provider: req.GetProvider(), Secret: req.GetSecret(),
+		Source: credstore.SourceAPI, BankedResets: int(req.GetBankedResets()),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return credentialToProto(info), nil
+}
+
+func (c *credentialService) ListCredentials(ctx context.Context, req *agentdv1.ListCredentialsRequest) (*agentdv1.ListCredentialsResponse, error) {
+	if p := req.GetProvider(); p != "" && !c.providers[p] {
+		return nil, invalidArg("provider", "unknown provider %q", p)
+	}
+	resp := &agentdv1.ListCredentialsResponse{}
+	for _, i := range c.store.List(req.GetProvider()) {
+		resp.Credentials = append(resp.Credentials, credentialToProto(i))
+	}
+	return resp, nil
+}
+
+func (c *credentialService) DeleteCredential(ctx context.Context, req *agentdv1.DeleteCredentialRequest) (*agentdv1.DeleteCredentialResponse, error) {
+	if req.GetCredentialId() == "" {
+		return nil, invalidArg("credential_id", "is required")
+	}
+	if err := c.store.Delete(req.GetCredentialId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &agentdv1.DeleteCredentialResponse{}, nil
+}

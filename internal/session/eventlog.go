@@ -1,0 +1,182 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrEventsDropped is returned to a reader that asks for, or fell behind to,
+// events the log no longer holds. The reader can resume from the oldest seq
+// still held (see *DroppedError).
+var ErrEventsDropped = errors.New("events dropped")
+
+// ErrLogClosed ends a subscription whose session was deleted or whose server
+// is shutting down, after every event before that has been delivered.
+var ErrLogClosed = errors.New("event log closed")
+
+// DroppedError says which events are gone.
+type DroppedError struct {
+	After  uint64 // the reader wanted events after this seq
+	Oldest uint64 // the oldest seq still held
+}
+
+func (e *DroppedError) Error() string {
+	return fmt.Sprintf("events %d..%d were dropped (the session keeps the most recent ones); resume after seq %d or later",
+		e.After+1, e.Oldest-1, e.Oldest-1)
+}
+
+// Is makes errors.Is(err, ErrEventsDropped) true.
+func (e *DroppedError) Is(target error) bool { return target == ErrEventsDropped }
+
+// eventLog is a session's bounded, ordered event log. Publishing never
+// blocks: readers keep their own cursor and are woken by a broadcast
+// channel, so a slow reader costs the session nothing. A reader whose next
+// event has been overwritten gets a *DroppedError and can resume by seq.
+type eventLog struct {
+	sessionID string
+	now       func() time.Time
+
+	mu     sync.Mutex
+	ring   []Event // ring[(seq-1) % len(ring)] holds seq
+	next   uint64  // the seq the next event gets
+	wake   chan struct{}
+	closed bool
+	subs   int
+}
+
+func newEventLog(sessionID string, size int, now func() time.Time) *eventLog {
+	return &eventLog{sessionID: sessionID, now: now, ring: make([]Event, size), next: 1, wake: make(chan struct{})}
+}
+
+// publish stamps e with the next seq and the time, stores it and wakes
+// readers. It returns the stamped event.
+func (l *eventLog) publish(e Event) Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return e
+	}
+	e.SessionID = l.sessionID
+	e.Seq = l.next
+	e.Time = l.now()
+	l.ring[(e.Seq-1)%uint64(len(l.ring))] = e
+	l.next++
+	close(l.wake)
+	l.wake = make(chan struct{})
+	return e
+}
+
+// lastSeq is the seq of the newest event (0 when none).
+func (l *eventLog) lastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1
+}
+
+// oldestLocked is the oldest seq still held.
+func (l *eventLog) oldestLocked() uint64 {
+	if l.next-1 <= uint64(len(l.ring)) {
+		return 1
+	}
+	return l.next - uint64(len(l.ring))
+}
+
+// close ends every reader once it has read what is there.
+func (l *eventLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.wake)
+	}
+}
+
+// subscribers is the number of readers following the log now.
+func (l *eventLog) subscribers() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.subs
+}
+
+// Subscription reads a session's events in order, from a cursor on.
+type Subscription struct {
+	log    *eventLog
+	after  uint64
+	buf    []Event
+	closed bool
+}
+
+// subscribe returns a reader of the events after seq after. It fails at once
+// with a *DroppedError when those are gone.
+func (l *eventLog) subscribe(after uint64) (*Subscription, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if after > l.next-1 {
+		return nil, fmt.Errorf("%d is beyond the newest event (%d)", after, l.next-1)
+	}
+	if oldest := l.oldestLocked(); after+1 < oldest {
+		return nil, &DroppedError{After: after, Oldest: oldest}
+	}
+	l.subs++
+	return &Subscription{log: l, after: after}, nil
+}
+
+// Next returns the next event, waiting for one when needed. It returns
+// ErrLogClosed after the last event of a closed log, a *DroppedError when the
+// reader fell behind, or ctx's error.
+func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	for len(s.buf) == 0 {
+		if err := s.fill(ctx); err != nil {
+			return Event{}, err
+		}
+	}
+	e := s.buf[0]
+	s.buf = s.buf[1:]
+	s.after = e.Seq
+	return e, nil
+}
+
+// fill copies every held event after the cursor, or waits for one.
+func (s *Subscription) fill(ctx context.Context) error {
+	l := s.log
+	l.mu.Lock()
+	if oldest := l.oldestLocked(); s.after+1 < oldest {
+		l.mu.Unlock()
+		return &DroppedError{After: s.after, Oldest: oldest}
+	}
+	if n := l.next - 1 - s.after; n > 0 {
+		const batch = 256
+		n = min(n, batch)
+		for seq := s.after + 1; seq <= s.after+n; seq++ {
+			s.buf = append(s.buf, l.ring[(seq-1)%uint64(len(l.ring))])
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return ErrLogClosed
+	}
+	wake := l.wake
+	l.mu.Unlock()
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close releases the subscription. It is safe to call more than once.
+func (s *Subscription) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.log.mu.Lock()
+	s.log.subs--
+	s.log.mu.Unlock()
+}

@@ -1,0 +1,424 @@
+// Package session runs agent sessions: a registry safe for thousands of
+// concurrent sessions, one prompt at a time per session, persisted history
+// and a runtime context, per-session event logs that fan out to any number
+// of readers, and the retry engine's lifecycle (the behaviour source's
+// "Flow"). It knows no transport: the server maps its events to the API.
+package session
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/retry"
+)
+
+// Errors of the session API. The server maps them onto gRPC codes.
+var (
+	ErrNotFound = errors.New("session not found")
+	ErrBusy     = errors.New("session is busy")
+	ErrClosed   = errors.New("server is shutting down")
+	ErrLimit    = errors.New("session limit reached")
+)
+
+// InvalidError is bad input; Field names the request field.
+type InvalidError struct {
+	Field string
+	Msg   string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Msg }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Provider is a configured provider as the session engine sees it.
+type Provider struct {
+	Name   string
+	Kind   string
+	Models []string // when non-empty, the only models it serves
+	Client provider.Provider
+}
+
+// PromptValidator is implemented by providers that can reject a prompt
+// before anything runs (the simulated provider checks its fault script).
+type PromptValidator interface {
+	ValidatePrompt(text string) error
+}
+
+// Credentials is what the session engine needs of the credential store.
+type Credentials interface {
+	// Pick returns the credential for the next call to the provider; ok is
+	// false when the provider has none (the simulated one).
+	Pick(ctx context.Context, providerName string) (c provider.Credential, ok bool, err error)
+	// UsageLimited is step 7 of the retry flow: it records that cred hit a
+	// usage limit (for window, when known) and tries to switch to a sibling.
+	UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, hasWindow bool, reason string) (CredentialSwitch, error)
+}
+
+// CredentialSwitch is the outcome of step 7.
+type CredentialSwitch struct {
+	Switched bool
+	To       provider.Credential
+	// SiblingFreeIn is the time until the earliest blocked sibling frees up,
+	// when HasSibling.
+	SiblingFreeIn time.Duration
+	HasSibling    bool
+}
+
+// Fallback is step 8 of the retry flow: the model fallback chain.
+type Fallback interface {
+	// Next puts current in cooldown (unless skipCooldown) and returns the
+	// next model of role's chain that is not cooling down.
+	Next(ctx context.Context, role, current string, skipCooldown bool) (to string, ok bool, err error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	Providers      []Provider
+	Retry          retry.Settings // server defaults
+	History        History        // nil: in memory
+	Credentials    Credentials    // nil: providers need none
+	Fallback       Fallback       // nil: no fallback chains
+	EventBuffer    int            // events kept per session for resume
+	MaxPromptBytes int
+	MaxSessions    int // 0: unbounded
+	Logger         *slog.Logger
+	// Rand draws the backoff jitter in [0,1); nil uses math/rand/v2.
+	Rand func() float64
+	// Now is the clock of event and history timestamps; nil uses time.Now.
+	// Timers use the time package, so tests control them with testing/synctest.
+	Now func() time.Time
+}
+
+// Manager is the registry of sessions.
+type Manager struct {
+	opts      Options
+	providers map[string]Provider
+	log       *slog.Logger
+
+	baseCtx context.Context
+	stop    context.CancelFunc
+	runs    sync.WaitGroup
+
+	mu       sync.RWMutex
+	sessions map[string]*Session
+	created  uint64
+	closed   bool
+}
+
+// NewManager returns a Manager. Close it to stop every session.
+func NewManager(opts Options) *Manager {
+	if opts.History == nil {
+		opts.History = NewMemoryHistory()
+	}
+	if opts.EventBuffer <= 0 {
+		opts.EventBuffer = 4096
+	}
+	if opts.MaxPromptBytes <= 0 {
+		opts.MaxPromptBytes = 1 << 20
+	}
+	if opts.Rand == nil {
+		opts.Rand = mrand.Float64
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{opts: opts, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{}}
+	for _, p := range opts.Providers {
+		m.providers[p.Name] = p
+	}
+	m.baseCtx, m.stop = context.WithCancel(context.Background())
+	return m
+}
+
+// CreateParams are the inputs of Create.
+type CreateParams struct {
+	Model        string
+	Role         string
+	SystemPrompt string
+	Retry        RetryOverrides
+	Tools        []provider.Tool
+}
+
+// RetryOverrides are per-session overrides of the server's retry settings.
+type RetryOverrides struct {
+	Enabled              *bool
+	MaxRetries           *int
+	BaseDelay            *time.Duration
+	MaxDelay             *time.Duration
+	ModelFallback        *bool
+	FallbackChains       map[string][]string
+	FallbackRevertPolicy *string
+}
+
+var (
+	rolePattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	toolNamePattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	sessionIDRe     = regexp.MustCompile(`^ses_[a-z2-7]{26}$`)
+)
+
+const maxSystemPromptBytes = 1 << 20
+
+// Create validates p and creates a session owned by tenant.
+func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*Session, error) {
+	if err := m.checkModel("model", p.Model); err != nil {
+		return nil, err
+	}
+	if p.Role == "" {
+		p.Role = "default"
+	}
+	if !rolePattern.MatchString(p.Role) {
+		return nil, invalid("role", "%q must match %s", p.Role, rolePattern)
+	}
+	if len(p.SystemPrompt) > maxSystemPromptBytes {
+		return nil, invalid("system_prompt", "is %d bytes, more than the limit of %d", len(p.SystemPrompt), maxSystemPromptBytes)
+	}
+	settings, err := m.applyOverrides(p.Retry)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTools(p.Tools); err != nil {
+		return nil, err
+	}
+	id := newID("ses_")
+	s := &Session{
+		m: m, id: id, tenant: tenant, created: m.opts.Now(),
+		role: p.Role, system: p.SystemPrompt, tools: p.Tools,
+		primary: p.Model, model: p.Model, settings: settings,
+		log: newEventLog(id, m.opts.EventBuffer, m.opts.Now),
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	if m.opts.MaxSessions > 0 && len(m.sessions) >= m.opts.MaxSessions {
+		return nil, fmt.Errorf("%w: at most %d sessions", ErrLimit, m.opts.MaxSessions)
+	}
+	m.created++
+	s.order = m.created
+	m.sessions[id] = s
+	return s, nil
+}
+
+// checkModel validates a provider/model reference.
+func (m *Manager) checkModel(field, ref string) error {
+	if ref == "" {
+		return invalid(field, "is required (provider/model, e.g. sim/echo)")
+	}
+	name, model, ok := strings.Cut(ref, "/")
+	if !ok || name == "" || model == "" {
+		return invalid(field, "%q is not provider/model (e.g. sim/echo)", ref)
+	}
+	p, ok := m.providers[name]
+	if !ok {
+		return invalid(field, "unknown provider %q (configured: %s)", name, strings.Join(m.providerNames(), ", "))
+	}
+	if len(p.Models) > 0 && !slices.Contains(p.Models, model) {
+		return invalid(field, "provider %q has no model %q (models: %s)", name, model, strings.Join(p.Models, ", "))
+	}
+	return nil
+}
+
+func (m *Manager) providerNames() []string {
+	names := make([]string, 0, len(m.providers))
+	for n := range m.providers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (m *Manager) applyOverrides(o RetryOverrides) (retry.Settings, error) {
+	s := m.opts.Retry
+	if o.Enabled != nil {
+		s.Enabled = *o.Enabled
+	}
+	if o.MaxRetries != nil {
+		s.MaxRetries = *o.MaxRetries
+	}
+	if o.BaseDelay != nil {
+		s.BaseDelay = *o.BaseDelay
+	}
+	if o.MaxDelay != nil {
+		s.MaxDelay = *o.MaxDelay
+	}
+	if o.ModelFallback != nil {
+		s.ModelFallback = *o.ModelFallback
+	}
+	if o.FallbackChains != nil {
+		s.FallbackChains = o.FallbackChains
+	}
+	if o.FallbackRevertPolicy != nil {
+		s.FallbackRevertPolicy = *o.FallbackRevertPolicy
+	}
+	if err := s.Validate(); err != nil {
+		return s, &InvalidError{Field: "retry", Msg: err.Error()}
+	}
+	roles := make([]string, 0, len(s.FallbackChains))
+	for role := range s.FallbackChains {
+		roles = append(roles, role)
+	}
+	slices.Sort(roles)
+	for _, role := range roles {
+		for i, ref := range s.FallbackChains[role] {
+			if err := m.checkModel(fmt.Sprintf("retry.fallback_chains.%s[%d]", role, i), ref); err != nil {
+				return s, err
+			}
+		}
+	}
+	return s, nil
+}
+
+func checkTools(tools []provider.Tool) error {
+	seen := map[string]bool{}
+	for i, t := range tools {
+		field := fmt.Sprintf("tools[%d]", i)
+		if !toolNamePattern.MatchString(t.Name) {
+			return invalid(field+".name", "%q must match %s", t.Name, toolNamePattern)
+		}
+		if seen[t.Name] {
+			return invalid(field+".name", "tool %q is declared twice", t.Name)
+		}
+		seen[t.Name] = true
+		if len(t.InputSchema) > 0 {
+			var schema map[string]any
+			if err := json.Unmarshal(t.InputSchema, &schema); err != nil {
+				return invalid(field+".input_schema", "is not a JSON object: %v", err)
+			}
+			if typ, ok := schema["type"]; ok && typ != "object" {
+				return invalid(field+".input_schema", "type must be \"object\", got %v", typ)
+			}
+		}
+	}
+	return nil
+}
+
+// Get returns tenant's session id.
+func (m *Manager) Get(tenant, id string) (*Session, error) {
+	if !sessionIDRe.MatchString(id) {
+		return nil, invalid("session_id", "%q is not a session id", id)
+	}
+	m.mu.RLock()
+	s, ok := m.sessions[id]
+	m.mu.RUnlock()
+	if !ok || s.tenant != tenant {
+		// Another tenant's session does not exist for this one.
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return s, nil
+}
+
+// List returns up to limit of tenant's sessions created after the page
+// token, oldest first, and the token of the next page ("" on the last).
+func (m *Manager) List(tenant string, limit int, pageToken string) ([]*Session, string, error) {
+	var after uint64
+	if pageToken != "" {
+		n, err := strconv.ParseUint(strings.TrimPrefix(pageToken, "o"), 10, 64)
+		if err != nil || !strings.HasPrefix(pageToken, "o") {
+			return nil, "", invalid("page_token", "%q is not a token this server issued", pageToken)
+		}
+		after = n
+	}
+	m.mu.RLock()
+	var out []*Session
+	for _, s := range m.sessions {
+		if s.tenant == tenant && s.order > after {
+			out = append(out, s)
+		}
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Session) int { return cmp.Compare(a.order, b.order) })
+	if len(out) > limit {
+		out = out[:limit]
+		return out, "o" + strconv.FormatUint(out[len(out)-1].order, 10), nil
+	}
+	return out, "", nil
+}
+
+// Delete aborts what tenant's session id runs, then removes it.
+func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
+	s, err := m.Get(tenant, id)
+	if err != nil {
+		return err
+	}
+	if err := s.abort(ctx, "session deleted"); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.sessions[id] != s {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	s.mu.Lock()
+	s.deleted = true
+	s.mu.Unlock()
+	s.log.close()
+	return m.opts.History.Delete(ctx, id)
+}
+
+// Count is the number of sessions.
+func (m *Manager) Count() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.sessions)
+}
+
+// Close aborts every running prompt (each ends with a prompt_end event),
+// closes every event log and waits for the runs to end, or for ctx.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		s.mu.Lock()
+		s.abortLocked("server shutting down")
+		s.mu.Unlock()
+	}
+	done := make(chan struct{})
+	go func() { m.runs.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("sessions did not stop in time: %w", ctx.Err())
+	}
+	m.stop()
+	for _, s := range all {
+		s.log.close()
+	}
+	return err
+}
+
+var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// newID returns prefix followed by 26 random base32 characters (130 bits).
+func newID(prefix string) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return prefix + strings.ToLower(idEncoding.EncodeToString(b[:]))
+}

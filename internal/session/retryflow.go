@@ -1,0 +1,188 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/retry"
+)
+
+// Final errors of a retry chain that did not come from the provider.
+const finalCancelled = "Retry cancelled"
+
+// handleRetryable is the behaviour source's #handleRetryableError, step by
+// step ("Flow", 13 steps). It returns whether the prompt continues with
+// another model call, and otherwise the prompt's final error.
+func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID string, res *provider.Result, v retry.Verdict, allowFallback bool) (bool, string) {
+	msg := &res.Message
+	errMsg := msg.ErrorMessage
+	if errMsg == "" {
+		errMsg = "Unknown error"
+	}
+
+	s.mu.Lock()
+	// 1–2. Read the settings; retry disabled stops at once (no counter change).
+	settings := s.settings
+	if !settings.Enabled {
+		s.mu.Unlock()
+		s.endChainIfOpen(promptID, errMsg)
+		return false, errMsg
+	}
+	if s.retryAborted {
+		// AbortRetry arrived while this retried call was streaming.
+		s.retryAborted = false
+		s.mu.Unlock()
+		s.endChainIfOpen(promptID, finalCancelled)
+		return false, finalCancelled
+	}
+	// 3. Count the attempt. 4. Open the gate once per chain.
+	s.retryAttempt++
+	attempt := s.retryAttempt
+	s.gateOpen = true
+	// 5. Past maxRetries: final failure, reporting the last attempted retry.
+	if attempt > settings.MaxRetries {
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt - 1, FinalError: errMsg})
+		s.retryAttempt, s.gateOpen = 0, false
+		s.mu.Unlock()
+		return false, errMsg
+	}
+	model := s.model
+	cred := s.credential
+	s.mu.Unlock()
+
+	p := s.m.providerOf(model)
+	switched := false
+	var sw CredentialSwitch
+
+	// 6. A stale Responses replay retries at once, after the provider reset
+	// its cached response state (the provider reports it in ResetState).
+	// 7. A usage limit marks the credential and tries a sibling.
+	if v.Class == retry.ClassUsageLimit && s.m.opts.Credentials != nil && cred.ID != "" {
+		var err error
+		sw, err = s.m.opts.Credentials.UsageLimited(ctx, p.Name, cred.ID, v.Hint, v.HasHint, errMsg)
+		if err != nil {
+			s.m.log.Warn("credential store: usage limit not recorded", "session", s.id, "provider", p.Name, "err", err)
+		}
+		if sw.Switched {
+			switched = true
+			s.mu.Lock()
+			s.credential = sw.To
+			s.mu.Unlock()
+			s.emit(Event{Type: EventCredentialSwitched, PromptID: promptID, Provider: p.Name, From: cred.ID, To: sw.To.ID})
+		}
+	}
+	// 8. No credential switch: try the role's fallback chain.
+	fellBack := false
+	if !switched && settings.ModelFallback && allowFallback && s.m.opts.Fallback != nil {
+		to, ok, err := s.m.opts.Fallback.Next(ctx, s.role, model, v.Class == retry.ClassRefusal)
+		if err != nil {
+			s.m.log.Warn("model fallback failed", "session", s.id, "err", err)
+		}
+		if ok && to != model {
+			fellBack, switched = true, true
+			s.applyFallback(ctx, promptID, model, to)
+		}
+	}
+	if v.Class == retry.ClassRefusal && !fellBack {
+		// A classifier refusal continues only on a fallback model; without one
+		// the chain ends silently (no auto_retry_start), counters reset.
+		s.mu.Lock()
+		s.retryAttempt, s.gateOpen = 0, false
+		s.mu.Unlock()
+		return false, errMsg
+	}
+
+	// 6, 7, 9. The delay, and the fail-fast cap.
+	plan := retry.Plan(retry.DelayInput{
+		Attempt: attempt, Settings: settings, Verdict: v, U: s.m.opts.Rand(),
+		Switched: switched, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling,
+	})
+	if plan.ExceedsMax {
+		final := fmt.Sprintf("%s %dms wait, exceeds retry.maxDelayMs (%dms). Original error: %s",
+			delayWording(plan.Source), plan.Delay.Milliseconds(), settings.MaxDelay.Milliseconds(), errMsg)
+		s.mu.Lock()
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: final})
+		s.retryAttempt, s.gateOpen = 0, false
+		s.mu.Unlock()
+		return false, final
+	}
+
+	s.mu.Lock()
+	if gen != s.generation {
+		// Superseded while deciding: end silently; run resolves the gate.
+		s.mu.Unlock()
+		return false, errMsg
+	}
+	// 10. auto_retry_start.
+	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries,
+		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: string(v.Class)})
+	// 11. Drop the failed assistant message from the runtime context (only if
+	// it is still the last one); the persisted history keeps it.
+	if n := len(s.context); n > 0 && s.context[n-1].Role == provider.RoleAssistant && s.context[n-1].StopReason == msg.StopReason {
+		s.context = s.context[:n-1]
+	}
+	// 12. Sleep, cancellable by AbortRetry (and so by Abort).
+	cancel := make(chan struct{})
+	s.sleepCancel = cancel
+	s.mu.Unlock()
+
+	cancelled := sleep(ctx, plan.Delay, cancel)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sleepCancel == cancel {
+		s.sleepCancel = nil
+	}
+	if cancelled {
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: finalCancelled})
+		s.retryAttempt, s.gateOpen = 0, false
+		return false, finalCancelled
+	}
+	// 13. The continuation runs for the same prompt generation only; a stale
+	// one is a no-op (run resolves the gate).
+	if gen != s.generation || ctx.Err() != nil {
+		return false, errMsg
+	}
+	return true, ""
+}
+
+// sleep waits d, or until cancel is closed (true) or ctx is done (false,
+// when cancel is not closed). A cancel that races the timer wins.
+func sleep(ctx context.Context, d time.Duration, cancel <-chan struct{}) (cancelled bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-cancel:
+	case <-ctx.Done():
+	}
+	select {
+	case <-cancel:
+		return true
+	default:
+		return false
+	}
+}
+
+func delayWording(src retry.DelaySource) string {
+	if src == retry.DelaySource("provider") {
+		return "Provider requested"
+	}
+	return "Estimated"
+}
+
+// applyFallback switches the session to a fallback model: the
+// retry_fallback_applied event and a model_change entry in the history.
+func (s *Session) applyFallback(ctx context.Context, promptID, from, to string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.model = to
+	mc := &ModelChange{From: from, To: to, Reason: "fallback"}
+	if err := s.persistLocked(ctx, promptID, provider.Message{Role: RoleModelChange}, mc); err != nil {
+		s.m.log.Error("persist model change", "session", s.id, "err", err)
+	}
+	s.emit(Event{Type: EventRetryFallbackApplied, PromptID: promptID, From: from, To: to, Role: s.role})
+	s.emit(Event{Type: EventModelChange, PromptID: promptID, From: from, To: to, Reason: "fallback"})
+}

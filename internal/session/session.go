@@ -1,0 +1,434 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/retry"
+)
+
+// Session statuses, as GetSession reports them.
+const (
+	StatusIdle      = "idle"
+	StatusStreaming = "streaming"
+	StatusRetrying  = "retrying"
+)
+
+// Session is one conversation. Its methods are safe for concurrent use.
+type Session struct {
+	m       *Manager
+	id      string
+	tenant  string
+	created time.Time
+	order   uint64
+	role    string
+	system  string
+	tools   []provider.Tool
+	primary string
+	log     *eventLog
+
+	mu       sync.Mutex
+	model    string // current provider/model
+	settings retry.Settings
+	context  []provider.Message // runtime context sent to the model
+	entries  int                // persisted history length
+	deleted  bool
+
+	// The running prompt.
+	running    bool
+	promptID   string
+	generation uint64 // bumped by abort: a continuation of an older generation is stale
+	cancelRun  context.CancelFunc
+	abortCause string
+	runDone    chan struct{}
+	streaming  bool // a model call is in flight
+
+	// The retry chain (the source's #retryAttempt, #retryPromise,
+	// #retryAbortController).
+	retryAttempt int
+	gateOpen     bool          // a retry chain is in progress (isRetrying)
+	sleepCancel  chan struct{} // closed by AbortRetry to cancel the backoff sleep
+	retryAborted bool          // AbortRetry arrived outside the sleep: end the chain at the next failure
+	credential   provider.Credential
+}
+
+// ID is the session's identifier.
+func (s *Session) ID() string { return s.id }
+
+// State is a snapshot of a session.
+type State struct {
+	ID, Tenant, Model, PrimaryModel, Role, SystemPrompt string
+	Status                                              string
+	IsRetrying                                          bool
+	RetryAttempt                                        int
+	Retry                                               retry.Settings
+	Tools                                               []provider.Tool
+	Created                                             time.Time
+	LastSeq                                             uint64
+	MessageCount                                        int
+}
+
+// State returns a snapshot of the session.
+func (s *Session) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := State{
+		ID: s.id, Tenant: s.tenant, Model: s.model, PrimaryModel: s.primary, Role: s.role,
+		SystemPrompt: s.system, IsRetrying: s.gateOpen, RetryAttempt: s.retryAttempt,
+		Retry: s.settings, Tools: s.tools, Created: s.created, LastSeq: s.log.lastSeq(),
+		MessageCount: s.entries, Status: StatusIdle,
+	}
+	switch {
+	case s.gateOpen:
+		st.Status = StatusRetrying
+	case s.running:
+		st.Status = StatusStreaming
+	}
+	return st
+}
+
+// Subscribe returns a reader of the session's events after seq after.
+func (s *Session) Subscribe(after uint64) (*Subscription, error) {
+	return s.log.subscribe(after)
+}
+
+// Subscribers is the number of readers following the session's events.
+func (s *Session) Subscribers() int { return s.log.subscribers() }
+
+// Messages returns up to limit entries of the persisted history from offset.
+func (s *Session) Messages(ctx context.Context, offset, limit int) ([]Entry, int, error) {
+	return s.m.opts.History.List(ctx, s.id, offset, limit)
+}
+
+// SetAutoRetry writes the session's retry.enabled.
+func (s *Session) SetAutoRetry(enabled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settings.Enabled = enabled
+}
+
+// AbortRetry cancels the backoff sleep of a retry chain. On a session that
+// is not retrying it is a no-op. Outside the sleep (a retried call is
+// streaming) it ends the chain at that call's failure, if it fails.
+func (s *Session) AbortRetry() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abortRetryLocked()
+}
+
+func (s *Session) abortRetryLocked() {
+	if s.sleepCancel != nil {
+		close(s.sleepCancel)
+		s.sleepCancel = nil
+		return
+	}
+	if s.gateOpen {
+		s.retryAborted = true
+	}
+}
+
+// Abort cancels a pending retry first, then the running stream, and waits
+// until the prompt has ended (or ctx is done). On an idle session it is a
+// no-op.
+func (s *Session) Abort(ctx context.Context) error {
+	return s.abort(ctx, "aborted")
+}
+
+func (s *Session) abort(ctx context.Context, cause string) error {
+	s.mu.Lock()
+	done := s.abortLocked(cause)
+	s.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// abortLocked returns the channel closed when the running prompt ends (nil
+// when none runs).
+func (s *Session) abortLocked(cause string) <-chan struct{} {
+	if !s.running {
+		return nil
+	}
+	s.abortRetryLocked()
+	s.generation++
+	if s.abortCause == "" {
+		s.abortCause = cause
+	}
+	s.cancelRun()
+	return s.runDone
+}
+
+// Prompt starts a prompt and returns its id and a subscription positioned
+// just before its first event. The prompt runs on its own: the caller may
+// stop reading at any time.
+func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscription, error) {
+	if strings.TrimSpace(text) == "" {
+		return "", nil, invalid("text", "is empty")
+	}
+	if len(text) > s.m.opts.MaxPromptBytes {
+		return "", nil, invalid("text", "is %d bytes, more than the limit of %d", len(text), s.m.opts.MaxPromptBytes)
+	}
+	s.mu.Lock()
+	p := s.m.providerOf(s.model)
+	s.mu.Unlock()
+	if v, ok := p.Client.(PromptValidator); ok {
+		if err := v.ValidatePrompt(text); err != nil {
+			return "", nil, invalid("text", "%v", err)
+		}
+	}
+
+	s.m.mu.RLock()
+	closed := s.m.closed
+	s.m.mu.RUnlock()
+	if closed {
+		return "", nil, ErrClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.deleted:
+		return "", nil, fmt.Errorf("%w: %s", ErrNotFound, s.id)
+	case s.gateOpen:
+		return "", nil, fmt.Errorf("%w: a retry chain is in progress (AbortRetry or Abort it first)", ErrBusy)
+	case s.running:
+		return "", nil, fmt.Errorf("%w: a prompt is running (wait for its prompt_end or Abort it)", ErrBusy)
+	}
+	sub, err := s.log.subscribe(s.log.lastSeq())
+	if err != nil {
+		return "", nil, err
+	}
+	user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
+	promptID := newID("prm_")
+	if err := s.persistLocked(ctx, promptID, user, nil); err != nil {
+		sub.Close()
+		return "", nil, err
+	}
+	s.context = append(s.context, user)
+	runCtx, cancel := context.WithCancel(s.m.baseCtx)
+	s.running, s.promptID, s.cancelRun, s.abortCause = true, promptID, cancel, ""
+	s.runDone = make(chan struct{})
+	gen := s.generation
+	s.m.runs.Add(1)
+	go s.run(runCtx, gen, promptID)
+	return promptID, sub, nil
+}
+
+// persistLocked appends an entry to the persisted history.
+func (s *Session) persistLocked(ctx context.Context, promptID string, msg provider.Message, mc *ModelChange) error {
+	e := Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg, ModelChange: mc}
+	if _, err := s.m.opts.History.Append(context.WithoutCancel(ctx), s.id, e); err != nil {
+		return fmt.Errorf("persist history: %w", err)
+	}
+	s.entries++
+	return nil
+}
+
+func (s *Session) emit(e Event) { s.log.publish(e) }
+
+// run is one prompt: the first agent run and every continuation of its retry
+// chain, until the chain has ended. It always ends with prompt_end.
+func (s *Session) run(ctx context.Context, gen uint64, promptID string) {
+	defer s.m.runs.Done()
+	outcome, errText := s.loop(ctx, gen, promptID)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ctx.Err() != nil && outcome != OutcomeAborted {
+		outcome = OutcomeAborted
+	}
+	if outcome == OutcomeAborted && errText == "" {
+		errText = s.abortCause
+	}
+	// Every exit path resolves the gate.
+	s.gateOpen, s.retryAborted, s.sleepCancel = false, false, nil
+	s.retryAttempt = 0
+	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText})
+	s.running, s.cancelRun, s.promptID = false, nil, ""
+	s.cancelRunDone()
+}
+
+func (s *Session) cancelRunDone() {
+	close(s.runDone)
+}
+
+// loop runs agent runs until the prompt is done and returns its outcome.
+func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcome, errText string) {
+	for call := 0; ; call++ {
+		s.emit(Event{Type: EventAgentStart, PromptID: promptID})
+		res := s.callModel(ctx, promptID, call)
+		msg := res.Message
+		failed := msg.StopReason == provider.StopError || msg.StopReason == provider.StopAborted
+		if !failed {
+			// The success message_end of a chain emits auto_retry_end.
+			s.chainSucceeded(promptID)
+		}
+		s.emit(Event{Type: EventAgentEnd, PromptID: promptID})
+		if !failed {
+			return OutcomeCompleted, ""
+		}
+		if ctx.Err() != nil {
+			// A user abort, a delete or a shutdown: never retried.
+			s.endChainIfOpen(promptID, "Retry cancelled")
+			return OutcomeAborted, ""
+		}
+		v := retry.Classify(failureOf(&res, s.providerKind(msg.Model)), s.m.opts.Now())
+		allowFallback := true
+		if msg.StopReason == provider.StopAborted {
+			// Only a content-less abort carrying the generic sentinel, outside
+			// any user abort, retries — and never with model fallback.
+			if !retry.IsReasonlessAbort(msg.StopReason, msg.ErrorMessage, len(msg.Content) > 0) {
+				s.endChainIfOpen(promptID, msg.ErrorMessage)
+				return OutcomeAborted, msg.ErrorMessage
+			}
+			v = retry.Verdict{Class: retry.ClassTransient, Retryable: true}
+			allowFallback = false
+		}
+		if v.Class == retry.ClassContextOverflow {
+			s.emit(Event{Type: EventContextOverflow, PromptID: promptID, ErrorMessage: msg.ErrorMessage})
+		}
+		if !v.Retryable {
+			s.endChainIfOpen(promptID, msg.ErrorMessage)
+			return OutcomeFailed, msg.ErrorMessage
+		}
+		cont, final := s.handleRetryable(ctx, gen, promptID, &res, v, allowFallback)
+		if !cont {
+			if ctx.Err() != nil {
+				return OutcomeAborted, final
+			}
+			if final == "Retry cancelled" {
+				return OutcomeAborted, final
+			}
+			return OutcomeFailed, final
+		}
+	}
+}
+
+// callModel makes one model call: message_start, message_update as output
+// streams, message_end; the assistant message goes to the history and the
+// runtime context.
+func (s *Session) callModel(ctx context.Context, promptID string, call int) provider.Result {
+	s.mu.Lock()
+	model := s.model
+	p := s.m.providerOf(model)
+	req := &provider.Request{
+		Model:    strings.TrimPrefix(model, p.Name+"/"),
+		System:   s.system,
+		Messages: append([]provider.Message(nil), s.context...),
+		Tools:    s.tools,
+		Call:     call,
+	}
+	s.streaming = true
+	s.mu.Unlock()
+
+	if s.m.opts.Credentials != nil {
+		cred, ok, err := s.m.opts.Credentials.Pick(ctx, p.Name)
+		if err != nil {
+			return s.finishCall(ctx, promptID, model, provider.Result{Message: provider.Message{
+				Role: provider.RoleAssistant, StopReason: provider.StopError,
+				ErrorMessage: "no credential available: " + err.Error(),
+			}})
+		}
+		if ok {
+			req.Credential = cred
+			s.mu.Lock()
+			s.credential = cred
+			s.mu.Unlock()
+		}
+	}
+
+	s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
+	res := p.Client.Stream(ctx, req, func(d provider.Delta) {
+		e := Event{Type: EventMessageUpdate, PromptID: promptID, TextDelta: d.Text, ThinkingDelta: d.Thinking}
+		if d.ToolCallID != "" || d.ToolName != "" || d.ToolArgsPart != "" {
+			e.ToolCallDelta = &ToolCallDelta{CallID: d.ToolCallID, Name: d.ToolName, InputDelta: d.ToolArgsPart}
+		}
+		s.emit(e)
+	})
+	return s.finishCall(ctx, promptID, model, res)
+}
+
+func (s *Session) finishCall(ctx context.Context, promptID, model string, res provider.Result) provider.Result {
+	msg := &res.Message
+	msg.Role = provider.RoleAssistant
+	msg.Model = model
+	if msg.StopReason == "" {
+		msg.StopReason = provider.StopEnd
+	}
+	if msg.StopReason == provider.StopError && msg.ErrorMessage == "" {
+		msg.ErrorMessage = "Unknown error"
+	}
+	end := Event{Type: EventMessageEnd, PromptID: promptID, Model: model, StopReason: msg.StopReason,
+		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text()}
+	if msg.StopReason == provider.StopError {
+		end.ErrorClass = string(retry.Classify(failureOf(&res, s.providerKind(model)), s.m.opts.Now()).Class)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streaming = false
+	// The history keeps every entry, error entries included.
+	if err := s.persistLocked(ctx, promptID, *msg, nil); err != nil {
+		s.m.log.Error("persist assistant message", "session", s.id, "err", err)
+	}
+	s.context = append(s.context, *msg)
+	s.emit(end)
+	return res
+}
+
+// failureOf turns a provider result into the retry engine's input.
+func failureOf(res *provider.Result, kind string) retry.Failure {
+	f := retry.Failure{
+		StopReason:       res.Message.StopReason,
+		ErrorMessage:     res.Message.ErrorMessage,
+		StopDetails:      res.Message.StopDetails,
+		API:              kind,
+		ObservableOutput: res.Message.HasObservableOutput(),
+	}
+	if res.Failure != nil {
+		f.Status, f.Headers, f.ErrorType, f.ErrorCode = res.Failure.Status, res.Failure.Headers, res.Failure.Type, res.Failure.Code
+	}
+	return f
+}
+
+func (s *Session) providerKind(model string) string {
+	return s.m.providerOf(model).Kind
+}
+
+// providerOf returns the provider of a provider/model reference that was
+// validated when it was set.
+func (m *Manager) providerOf(model string) Provider {
+	name, _, _ := strings.Cut(model, "/")
+	return m.providers[name]
+}
+
+// chainSucceeded is the success message_end of a retry chain: the source's
+// auto_retry_end{success:true}. The gate itself resolves at the end of the
+// run (prompt_end), so a recovered turn's tool calls finish first.
+func (s *Session) chainSucceeded(promptID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.retryAttempt > 0 {
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: true, Attempt: s.retryAttempt})
+		s.retryAttempt = 0
+	}
+}
+
+// endChainIfOpen ends a retry chain that a non-retried stop interrupts, so
+// that every auto_retry_start is followed by an auto_retry_end.
+func (s *Session) endChainIfOpen(promptID, finalError string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.retryAttempt > 0 {
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: s.retryAttempt, FinalError: finalError})
+	}
+	s.retryAttempt, s.gateOpen, s.retryAborted = 0, false, false
+}
