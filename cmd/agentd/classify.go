@@ -40,6 +40,8 @@ type classifyOutput struct {
 	Retryable    bool   `json:"retryable"`
 	Class        string `json:"class"`
 	RetryAfterMs *int64 `json:"retryAfterMs,omitempty"`
+	// Reason says in a few words why (which signal decided).
+	Reason string `json:"reason,omitempty"`
 }
 
 // classifyError is the line written for an input line that cannot be read.
@@ -143,7 +145,7 @@ func classifyLine(n int, line []byte, now time.Time) any {
 		}
 	}
 	v := retry.Classify(f, now)
-	o := classifyOutput{Retryable: v.Retryable, Class: string(v.Class)}
+	o := classifyOutput{Retryable: v.Retryable, Class: string(v.Class), Reason: v.Reason}
 	if v.HasHint {
 		ms := int64((v.Hint + time.Millisecond - 1) / time.Millisecond)
 		o.RetryAfterMs = &ms

@@ -225,6 +225,15 @@ func (c *Config) finish() error {
 	if err := c.finishAuth(); err != nil {
 		return err
 	}
+	if len(c.Auth.Tokens) == 0 {
+		// Without tokens there is one local tenant: never reachable from
+		// beyond this machine.
+		for key, addr := range map[string]string{"listen.grpc": c.Listen.GRPC, "listen.http": c.Listen.HTTP} {
+			if !isLoopback(addr) {
+				return fmt.Errorf("config: %s: %q is not a loopback address; without auth.tokens agentd listens on loopback only", key, addr)
+			}
+		}
+	}
 	if _, err := c.RetrySettings(); err != nil {
 		return err
 	}
@@ -374,6 +383,19 @@ func (c *Config) hasProvider(name string) bool {
 		}
 	}
 	return false
+}
+
+// isLoopback reports whether a host:port listens on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 var (

@@ -100,6 +100,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"auth: {tokens: [{token: short, tenant: a}]}", "auth.tokens[0].token"},
 		{"auth: {tokens: [{token: a-long-enough-token-value, tenant: ''}]}", "auth.tokens[0].tenant"},
 		{"sessions: {event_buffer: 3}", "sessions.event_buffer"},
+		{"listen: {grpc: 0.0.0.0:9090}", "listen.grpc: \"0.0.0.0:9090\" is not a loopback address"},
+		{"listen: {http: ':8080'}", "listen.http"},
 	} {
 		_, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -154,8 +154,8 @@ func (p simProvider) ValidatePrompt(text string) error {
 // credentialAdapter gives the session engine the credential store.
 type credentialAdapter struct{ *credstore.Memory }
 
-func (a credentialAdapter) UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, hasWindow bool, reason string) (session.CredentialSwitch, error) {
-	sw, err := a.Memory.UsageLimited(ctx, providerName, credID, window, hasWindow, reason)
+func (a credentialAdapter) UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
+	sw, err := a.Memory.UsageLimited(ctx, providerName, credID, window, fromProvider, reason)
 	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
 }
 

@@ -741,3 +741,119 @@ func TestStopEndsStreamsWithFinalEvent(t *testing.T) {
 		t.Fatalf("event stream ended with %v", fr[len(fr)-1])
 	}
 }
+
+func TestRESTRetryChainOverSSE(t *testing.T) {
+	ts := start(t, "retry: {base_delay_ms: 20}\n")
+	ctx := testCtx(t)
+	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
+	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"hi [[faults: 529,503,ok]]"}`,
+		http.Header{"Accept": {"text/event-stream"}})
+	defer resp.Body.Close()
+	frames := readSSE(t, resp.Body, func(sseFrame) bool { return false })
+
+	var retries []sseFrame
+	var ends []sseFrame
+	for _, f := range frames {
+		switch f.event {
+		case "auto_retry_start":
+			retries = append(retries, f)
+		case "auto_retry_end":
+			ends = append(ends, f)
+		}
+	}
+	if len(retries) != 2 || len(ends) != 1 {
+		t.Fatalf("got %d auto_retry_start and %d auto_retry_end", len(retries), len(ends))
+	}
+	for i, f := range retries {
+		p := f.data["autoRetryStart"].(map[string]any)
+		delay, _ := strconv.Atoi(p["delayMs"].(string))
+		nominal := 20 << i
+		if p["attempt"] != float64(i+1) || delay < nominal*3/4 || delay > nominal {
+			t.Fatalf("auto_retry_start %d = %v; want attempt %d, delay in [%d, %d]", i, p, i+1, nominal*3/4, nominal)
+		}
+		// The continuation starts no earlier than the announced delay.
+		seq, _ := strconv.Atoi(f.id)
+		next := frames[seq] // frames are 1-based by seq; this is the frame after
+		if next.event != "agent_start" {
+			t.Fatalf("after auto_retry_start: %s", next.event)
+		}
+		t0, _ := time.Parse(time.RFC3339Nano, f.data["time"].(string))
+		t1, _ := time.Parse(time.RFC3339Nano, next.data["time"].(string))
+		if gap := t1.Sub(t0); gap < time.Duration(delay)*time.Millisecond {
+			t.Fatalf("retry %d continued after %v, before its %dms delay", i+1, gap, delay)
+		}
+	}
+	end := ends[0].data["autoRetryEnd"].(map[string]any)
+	if end["success"] != true || end["attempt"] != float64(2) {
+		t.Fatalf("auto_retry_end = %v", end)
+	}
+	if last := frames[len(frames)-1]; last.event != "prompt_end" || last.data["promptEnd"].(map[string]any)["outcome"] != "completed" {
+		t.Fatalf("last frame = %v", last)
+	}
+}
+
+func TestRetryControlsOverGRPC(t *testing.T) {
+	ts := start(t, "")
+	ctx := testCtx(t)
+	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
+	id := sess.GetId()
+	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: id, Text: "[[faults: 429:retry-after=60,ok]]"}))
+	for {
+		e, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := e.GetAutoRetryStart(); st != nil {
+			if st.GetDelayMs() != 60000 || st.GetDelaySource() != "provider" || st.GetAttempt() != 1 {
+				t.Fatalf("auto_retry_start = %v", st)
+			}
+			break
+		}
+	}
+	got := must(ts.agent.GetSession(ctx, &agentdv1.GetSessionRequest{SessionId: id}))
+	if !got.GetIsRetrying() || got.GetRetryAttempt() != 1 || got.GetStatus() != "retrying" {
+		t.Fatalf("GetSession during backoff = status %q retrying %v attempt %d", got.GetStatus(), got.GetIsRetrying(), got.GetRetryAttempt())
+	}
+	if err := promptErr(ctx, ts, id, "meanwhile"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("prompt during backoff: %v", err)
+	}
+	if _, err := ts.agent.AbortRetry(ctx, &agentdv1.AbortRetryRequest{SessionId: id}); err != nil {
+		t.Fatal(err)
+	}
+	rest := collect(t, stream)
+	if got := compact(types(rest)); got != "auto_retry_end,prompt_end" {
+		t.Fatalf("after AbortRetry: %s", got)
+	}
+	if e := rest[0].GetAutoRetryEnd(); e.GetSuccess() || e.GetFinalError() != "Retry cancelled" || e.GetAttempt() != 1 {
+		t.Fatalf("auto_retry_end = %v", e)
+	}
+	if pe := rest[1].GetPromptEnd(); pe.GetOutcome() != "aborted" {
+		t.Fatalf("prompt_end = %v", pe)
+	}
+
+	// SetAutoRetry(false): the next failure is final, with no retry events.
+	if r, err := ts.agent.SetAutoRetry(ctx, &agentdv1.SetAutoRetryRequest{SessionId: id, Enabled: false}); err != nil || r.GetEnabled() {
+		t.Fatalf("SetAutoRetry = %v, %v", r, err)
+	}
+	if got := must(ts.agent.GetSession(ctx, &agentdv1.GetSessionRequest{SessionId: id})); got.GetAutoRetryEnabled() || got.GetRetry().GetEnabled() {
+		t.Fatalf("auto_retry_enabled still true: %v", got)
+	}
+	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: id, Text: "[[faults: 529,ok]]"})))
+	if got := compact(types(evs)); got != "agent_start,message_start,message_end,agent_end,prompt_end" {
+		t.Fatalf("with retry disabled: %s", got)
+	}
+	if pe := evs[len(evs)-1].GetPromptEnd(); pe.GetOutcome() != "failed" || pe.GetError() != "529 overloaded_error: Overloaded" {
+		t.Fatalf("prompt_end = %v", pe)
+	}
+	// The history keeps every error entry.
+	msgs := must(ts.agent.ListMessages(ctx, &agentdv1.ListMessagesRequest{SessionId: id}))
+	var errorsSeen int
+	for _, m := range msgs.GetMessages() {
+		if m.GetStopReason() == "error" {
+			errorsSeen++
+		}
+	}
+	if errorsSeen != 2 {
+		t.Fatalf("history has %d error entries, want 2", errorsSeen)
+	}
+}

@@ -66,8 +66,9 @@ type Credentials interface {
 	// false when the provider has none (the simulated one).
 	Pick(ctx context.Context, providerName string) (c provider.Credential, ok bool, err error)
 	// UsageLimited is step 7 of the retry flow: it records that cred hit a
-	// usage limit (for window, when known) and tries to switch to a sibling.
-	UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, hasWindow bool, reason string) (CredentialSwitch, error)
+	// usage limit for window (the provider's hint when fromProvider, else the
+	// retry engine's estimate) and tries to switch to a sibling.
+	UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (CredentialSwitch, error)
 }
 
 // CredentialSwitch is the outcome of step 7.

@@ -290,7 +290,7 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 				s.endChainIfOpen(promptID, msg.ErrorMessage)
 				return OutcomeAborted, msg.ErrorMessage
 			}
-			v = retry.Verdict{Class: retry.ClassTransient, Retryable: true}
+			v = retry.ReasonlessAbortVerdict()
 			allowFallback = false
 		}
 		if v.Class == retry.ClassContextOverflow {
