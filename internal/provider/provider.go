@@ -131,10 +131,13 @@ func (c Credential) String() string { return "credential(" + c.ID + ")" }
 
 // Request is one model call.
 type Request struct {
-	Model    string
-	System   string
-	Messages []Message // the runtime context, oldest first
-	Tools    []Tool
+	// SessionID identifies the calling session, for providers that keep
+	// per-session server-side state (OpenAI Responses previous_response_id).
+	SessionID string
+	Model     string
+	System    string
+	Messages  []Message // the runtime context, oldest first
+	Tools     []Tool
 	// Credential to call with; empty for providers that need none.
 	Credential Credential
 	// Call is the 0-based index of this model call within its prompt

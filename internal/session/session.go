@@ -321,11 +321,12 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) prov
 	model := s.model
 	p := s.m.providerOf(model)
 	req := &provider.Request{
-		Model:    strings.TrimPrefix(model, p.Name+"/"),
-		System:   s.system,
-		Messages: append([]provider.Message(nil), s.context...),
-		Tools:    s.tools,
-		Call:     call,
+		SessionID: s.id,
+		Model:     strings.TrimPrefix(model, p.Name+"/"),
+		System:    s.system,
+		Messages:  append([]provider.Message(nil), s.context...),
+		Tools:     s.tools,
+		Call:      call,
 	}
 	s.streaming = true
 	s.mu.Unlock()
