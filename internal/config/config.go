@@ -59,6 +59,11 @@ type Retry struct {
 	ModelFallback        *bool               `yaml:"model_fallback"`
 	FallbackChains       map[string][]string `yaml:"fallback_chains"`
 	FallbackRevertPolicy string              `yaml:"fallback_revert_policy"`
+	// FallbackCooldownMs is how long a failing model cools down when the
+	// provider gave no hint (0: the retry engine's estimate from the error's
+	// wording — 30 s rate limit, 60 s overloaded, 20 s server error, 30 min
+	// quota, 5 min otherwise).
+	FallbackCooldownMs int64 `yaml:"fallback_cooldown_ms"`
 }
 
 // Auth maps bearer tokens to tenants.
@@ -364,6 +369,9 @@ func (c *Config) RetrySettings() (retry.Settings, error) {
 	}
 	if err := s.Validate(); err != nil {
 		return s, fmt.Errorf("config: %w", err)
+	}
+	if r.FallbackCooldownMs < 0 {
+		return s, fmt.Errorf("config: retry.fallback_cooldown_ms: must be >= 0, got %d", r.FallbackCooldownMs)
 	}
 	for role, chain := range s.FallbackChains {
 		for i, ref := range chain {

@@ -29,6 +29,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/sim"
@@ -42,6 +43,7 @@ type Server struct {
 	sessions *session.Manager
 	creds    *credstore.Memory
 	registry *prometheus.Registry
+	now      func() time.Time
 
 	grpcLis, httpLis net.Listener
 	grpcSrv          *grpc.Server
@@ -55,19 +57,32 @@ type Server struct {
 	stopErr  error
 }
 
+// Option tunes a Server.
+type Option func(*Server)
+
+// WithClock sets the clock of the time that becomes data: event and history
+// timestamps, credential blocks and model cooldowns (timers are not
+// affected). Tests use it to expire a cooldown without waiting.
+func WithClock(now func() time.Time) Option {
+	return func(s *Server) { s.now = now }
+}
+
 // New builds a server from cfg and binds its listeners (so that port 0
 // works: GRPCAddr and HTTPAddr tell the bound addresses).
-func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
+func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, done: make(chan struct{}), registry: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, log: log, done: make(chan struct{}), registry: prometheus.NewRegistry(), now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
 
 	retrySettings, err := cfg.RetrySettings()
 	if err != nil {
 		return nil, err
 	}
-	s.creds = credstore.NewMemory(nil)
+	s.creds = credstore.NewMemory(s.now)
 	providers := make([]session.Provider, 0, len(cfg.Providers))
 	providerNames := map[string]bool{}
 	for _, pc := range cfg.Providers {
@@ -85,13 +100,16 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 	s.sessions = session.NewManager(session.Options{
-		Providers:      providers,
-		Retry:          retrySettings,
-		Credentials:    credentialAdapter{s.creds},
-		EventBuffer:    cfg.Sessions.EventBuffer,
-		MaxPromptBytes: cfg.Sessions.MaxPromptBytes,
-		MaxSessions:    cfg.Sessions.MaxSessions,
-		Logger:         log,
+		Providers:        providers,
+		Retry:            retrySettings,
+		Credentials:      credentialAdapter{s.creds},
+		Cooldowns:        cooldown.NewMemory(s.now),
+		FallbackCooldown: time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,
+		Now:              s.now,
+		EventBuffer:      cfg.Sessions.EventBuffer,
+		MaxPromptBytes:   cfg.Sessions.MaxPromptBytes,
+		MaxSessions:      cfg.Sessions.MaxSessions,
+		Logger:           log,
 	})
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

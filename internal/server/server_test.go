@@ -37,13 +37,13 @@ type testServer struct {
 
 // start runs agentd on loopback ports with the given YAML configuration
 // (listen addresses are set to port 0).
-func start(t *testing.T, yaml string) *testServer {
+func start(t *testing.T, yaml string, opts ...server.Option) *testServer {
 	t.Helper()
 	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	srv, err := server.New(cfg, nil)
+	srv, err := server.New(cfg, nil, opts...)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -855,5 +855,79 @@ func TestRetryControlsOverGRPC(t *testing.T) {
 	}
 	if errorsSeen != 2 {
 		t.Fatalf("history has %d error entries, want 2", errorsSeen)
+	}
+}
+
+// fakeClock is the server's clock of time that becomes data (cooldowns).
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestRESTFallbackAndRevert(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", server.WithClock(clock.Now))
+	ctx := testCtx(t)
+	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
+	sse := func(text string) []sseFrame {
+		resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+text+`"}`, http.Header{"Accept": {"text/event-stream"}})
+		defer resp.Body.Close()
+		return readSSE(t, resp.Body, func(sseFrame) bool { return false })
+	}
+	find := func(frames []sseFrame, event string) []map[string]any {
+		var out []map[string]any
+		for _, f := range frames {
+			if f.event == event {
+				out = append(out, f.data)
+			}
+		}
+		return out
+	}
+	model := func() string {
+		return must(ts.agent.GetSession(ctx, &agentdv1.GetSessionRequest{SessionId: id})).GetModel()
+	}
+
+	// The primary keeps failing with 529: the fallback model answers at once.
+	frames := sse("hi [[faults: 529,ok]]")
+	fa := find(frames, "retry_fallback_applied")
+	if len(fa) != 1 || fa[0]["retryFallbackApplied"].(map[string]any)["to"] != "sim/backup" {
+		t.Fatalf("retry_fallback_applied = %v", fa)
+	}
+	fs := find(frames, "retry_fallback_succeeded")
+	if len(fs) != 1 || fs[0]["retryFallbackSucceeded"].(map[string]any)["model"] != "sim/backup" {
+		t.Fatalf("retry_fallback_succeeded = %v", fs)
+	}
+	if m := model(); m != "sim/backup" {
+		t.Fatalf("model after fallback = %s", m)
+	}
+	// During the cooldown the session stays on the fallback.
+	sse("during the cooldown")
+	if m := model(); m != "sim/backup" {
+		t.Fatalf("model during cooldown = %s", m)
+	}
+	// After it, the next prompt goes back to the primary.
+	clock.Advance(2 * time.Minute)
+	frames = sse("after the cooldown")
+	mc := find(frames, "model_change")
+	if len(mc) != 1 || mc[0]["modelChange"].(map[string]any)["reason"] != "revert" || mc[0]["modelChange"].(map[string]any)["to"] != "sim/echo" {
+		t.Fatalf("model_change = %v", mc)
+	}
+	if ms := find(frames, "message_start"); ms[0]["messageStart"].(map[string]any)["model"] != "sim/echo" {
+		t.Fatalf("reverted prompt answered by %v", ms[0])
+	}
+	if m := model(); m != "sim/echo" {
+		t.Fatalf("model after revert = %s", m)
 	}
 }

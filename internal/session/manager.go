@@ -81,24 +81,21 @@ type CredentialSwitch struct {
 	HasSibling    bool
 }
 
-// Fallback is step 8 of the retry flow: the model fallback chain.
-type Fallback interface {
-	// Next puts current in cooldown (unless skipCooldown) and returns the
-	// next model of role's chain that is not cooling down.
-	Next(ctx context.Context, role, current string, skipCooldown bool) (to string, ok bool, err error)
-}
-
 // Options configure a Manager.
 type Options struct {
-	Providers      []Provider
-	Retry          retry.Settings // server defaults
-	History        History        // nil: in memory
-	Credentials    Credentials    // nil: providers need none
-	Fallback       Fallback       // nil: no fallback chains
-	EventBuffer    int            // events kept per session for resume
-	MaxPromptBytes int
-	MaxSessions    int // 0: unbounded
-	Logger         *slog.Logger
+	Providers   []Provider
+	Retry       retry.Settings // server defaults
+	History     History        // nil: in memory
+	Credentials Credentials    // nil: providers need none
+	Cooldowns   Cooldowns      // nil: models never cool down
+	// FallbackCooldown is the cooldown of a failing model when the provider
+	// gave no hint (0: the retry engine's estimate from the error's wording,
+	// DefaultFallbackCooldown when it has none).
+	FallbackCooldown time.Duration
+	EventBuffer      int // events kept per session for resume
+	MaxPromptBytes   int
+	MaxSessions      int // 0: unbounded
+	Logger           *slog.Logger
 	// Rand draws the backoff jitter in [0,1); nil uses math/rand/v2.
 	Rand func() float64
 	// Now is the clock of event and history timestamps; nil uses time.Now.

@@ -73,17 +73,12 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 			s.emit(Event{Type: EventCredentialSwitched, PromptID: promptID, Provider: p.Name, From: cred.ID, To: sw.To.ID})
 		}
 	}
-	// 8. No credential switch: try the role's fallback chain.
+	// 8. No credential switch: the model fallback chain (never for a stale
+	// replay or a reasonless abort).
 	fellBack := false
-	if !switched && settings.ModelFallback && allowFallback && s.m.opts.Fallback != nil {
-		to, ok, err := s.m.opts.Fallback.Next(ctx, s.role, model, v.Class == retry.ClassRefusal)
-		if err != nil {
-			s.m.log.Warn("model fallback failed", "session", s.id, "err", err)
-		}
-		if ok && to != model {
-			fellBack, switched = true, true
-			s.applyFallback(ctx, promptID, model, to)
-		}
+	if !switched && settings.ModelFallback && allowFallback && v.Class != retry.ClassStaleReplay {
+		fellBack = s.tryFallback(ctx, promptID, settings, v)
+		switched = fellBack
 	}
 	if v.Class == retry.ClassRefusal && !fellBack {
 		// A classifier refusal continues only on a fallback model; without one
@@ -171,18 +166,4 @@ func delayWording(src retry.DelaySource) string {
 		return "Provider requested"
 	}
 	return "Estimated"
-}
-
-// applyFallback switches the session to a fallback model: the
-// retry_fallback_applied event and a model_change entry in the history.
-func (s *Session) applyFallback(ctx context.Context, promptID, from, to string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.model = to
-	mc := &ModelChange{From: from, To: to, Reason: "fallback"}
-	if err := s.persistLocked(ctx, promptID, provider.Message{Role: RoleModelChange}, mc); err != nil {
-		s.m.log.Error("persist model change", "session", s.id, "err", err)
-	}
-	s.emit(Event{Type: EventRetryFallbackApplied, PromptID: promptID, From: from, To: to, Role: s.role})
-	s.emit(Event{Type: EventModelChange, PromptID: promptID, From: from, To: to, Reason: "fallback"})
 }

@@ -54,6 +54,7 @@ type Session struct {
 	sleepCancel  chan struct{} // closed by AbortRetry to cancel the backoff sleep
 	retryAborted bool          // AbortRetry arrived outside the sleep: end the chain at the next failure
 	credential   provider.Credential
+	fallback     *activeFallback
 }
 
 // ID is the session's identifier.
@@ -264,6 +265,9 @@ func (s *Session) cancelRunDone() {
 // loop runs agent runs until the prompt is done and returns its outcome.
 func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcome, errText string) {
 	for call := 0; ; call++ {
+		// Before the prompt and before every continuation: back to the
+		// primary model once its cooldown has expired.
+		s.maybeRevert(ctx, promptID)
 		s.emit(Event{Type: EventAgentStart, PromptID: promptID})
 		res := s.callModel(ctx, promptID, call)
 		msg := res.Message
@@ -418,6 +422,9 @@ func (s *Session) chainSucceeded(promptID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.retryAttempt > 0 {
+		if s.fallback != nil && s.model != s.fallback.original {
+			s.emit(Event{Type: EventRetryFallbackSucceeded, PromptID: promptID, Model: s.model, Role: s.fallback.role})
+		}
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: true, Attempt: s.retryAttempt})
 		s.retryAttempt = 0
 	}

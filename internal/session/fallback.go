@@ -1,0 +1,153 @@
+package session
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/retry"
+)
+
+// Cooldowns is the model cooldown registry the fallback chains consult. It
+// is shared by every session (and, with a shared store, every replica).
+type Cooldowns interface {
+	// Suppress puts model (provider/model) in cooldown until until.
+	Suppress(ctx context.Context, model string, until time.Time) error
+	// SuppressedUntil is the end of model's cooldown, zero when none.
+	SuppressedUntil(ctx context.Context, model string) (time.Time, error)
+}
+
+// DefaultFallbackCooldown is the cooldown of a failing model when neither
+// the provider's hint nor the error's wording says more (reference: 5 min
+// for an unknown reason).
+const DefaultFallbackCooldown = 5 * time.Minute
+
+// activeFallback is the source's activeRetryFallback: the session runs on a
+// fallback model of role's chain instead of original.
+type activeFallback struct {
+	role     string
+	original string
+	// pinned: applied for a classifier refusal; never reverted.
+	pinned bool
+}
+
+// chainFor returns role's effective fallback chain: the primary followed by
+// the configured entries, without duplicates. A role without a chain of its
+// own inherits the default chain.
+func chainFor(settings retry.Settings, role, primary string) []string {
+	entries, ok := settings.FallbackChains[role]
+	if !ok {
+		entries = settings.FallbackChains["default"]
+	}
+	chain := []string{primary}
+	for _, e := range entries {
+		if !slices.Contains(chain, e) {
+			chain = append(chain, e)
+		}
+	}
+	return chain
+}
+
+// suppressed reports whether model is cooling down now.
+func (s *Session) suppressed(ctx context.Context, model string) bool {
+	if s.m.opts.Cooldowns == nil {
+		return false
+	}
+	until, err := s.m.opts.Cooldowns.SuppressedUntil(ctx, model)
+	if err != nil {
+		s.m.log.Warn("cooldown registry unavailable", "session", s.id, "err", err)
+		return false
+	}
+	return !until.IsZero()
+}
+
+// tryFallback is step 8 of the retry flow: put the current model in
+// cooldown (not for refusals) and switch to the next model of the chain
+// that is not cooling down. It reports whether a fallback was applied.
+func (s *Session) tryFallback(ctx context.Context, promptID string, settings retry.Settings, v retry.Verdict) bool {
+	s.mu.Lock()
+	current, role, primary := s.model, s.role, s.primary
+	if s.fallback != nil {
+		role, primary = s.fallback.role, s.fallback.original
+	}
+	s.mu.Unlock()
+
+	refusal := v.Class == retry.ClassRefusal
+	if !refusal && s.m.opts.Cooldowns != nil {
+		cooldown := v.Cooldown
+		if !v.HasHint && s.m.opts.FallbackCooldown > 0 {
+			cooldown = s.m.opts.FallbackCooldown
+		}
+		if cooldown <= 0 {
+			cooldown = DefaultFallbackCooldown
+		}
+		if err := s.m.opts.Cooldowns.Suppress(ctx, current, s.m.opts.Now().Add(cooldown)); err != nil {
+			s.m.log.Warn("cooldown not recorded", "session", s.id, "model", current, "err", err)
+		}
+	}
+
+	chain := chainFor(settings, role, primary)
+	if len(chain) <= 1 {
+		return false
+	}
+	pos := slices.Index(chain, current)
+	if pos < 0 {
+		pos = 0
+	}
+	for _, candidate := range chain[pos+1:] {
+		if candidate == current || s.suppressed(ctx, candidate) {
+			continue
+		}
+		s.mu.Lock()
+		if s.fallback == nil {
+			s.fallback = &activeFallback{role: role, original: current}
+		}
+		if refusal {
+			s.fallback.pinned = true
+		}
+		s.emit(Event{Type: EventRetryFallbackApplied, PromptID: promptID, From: current, To: candidate, Role: role})
+		s.switchModelLocked(ctx, promptID, current, candidate, "fallback")
+		s.mu.Unlock()
+		return true
+	}
+	return false
+}
+
+// maybeRevert is the source's #maybeRestoreRetryFallbackPrimary: before a
+// prompt and before every continuation, a session on a fallback model goes
+// back to its primary once the primary's cooldown has expired (policy
+// cooldown-expiry; never with policy never or a pinned fallback).
+func (s *Session) maybeRevert(ctx context.Context, promptID string) {
+	s.mu.Lock()
+	fb := s.fallback
+	policy := s.settings.FallbackRevertPolicy
+	current := s.model
+	s.mu.Unlock()
+	if fb == nil || fb.pinned || policy == retry.RevertNever {
+		return
+	}
+	if s.suppressed(ctx, fb.original) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fallback != fb {
+		return
+	}
+	if current != fb.original {
+		s.switchModelLocked(ctx, promptID, current, fb.original, "revert")
+	}
+	s.fallback = nil
+}
+
+// switchModelLocked switches the session's model: a model_change entry in
+// the history and a model_change event.
+func (s *Session) switchModelLocked(ctx context.Context, promptID, from, to, reason string) {
+	s.model = to
+	mc := &ModelChange{From: from, To: to, Reason: reason}
+	if err := s.persistLocked(ctx, promptID, provider.Message{Role: RoleModelChange}, mc); err != nil {
+		s.m.log.Error("persist model change", "session", s.id, "err", err)
+	}
+	s.emit(Event{Type: EventModelChange, PromptID: promptID, From: from, To: to, Reason: reason})
+}
