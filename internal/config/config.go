@@ -108,6 +108,9 @@ type Sessions struct {
 	MaxPromptBytes int `yaml:"max_prompt_bytes"`
 	// MaxSessions bounds the sessions of one process (0: no bound).
 	MaxSessions int `yaml:"max_sessions"`
+	// ToolResultTimeoutMs bounds the wait for a client's tool results
+	// (default 600000, 10 min).
+	ToolResultTimeoutMs int64 `yaml:"tool_result_timeout_ms"`
 }
 
 // Defaults of the values Load fills in.
@@ -220,6 +223,9 @@ func (c *Config) finish() error {
 	}
 	if c.Sessions.MaxPromptBytes < 0 {
 		return fmt.Errorf("config: sessions.max_prompt_bytes: must be > 0, got %d", c.Sessions.MaxPromptBytes)
+	}
+	if c.Sessions.ToolResultTimeoutMs < 0 {
+		return fmt.Errorf("config: sessions.tool_result_timeout_ms: must be >= 0, got %d", c.Sessions.ToolResultTimeoutMs)
 	}
 	if c.Sessions.MaxSessions < 0 {
 		return fmt.Errorf("config: sessions.max_sessions: must be >= 0, got %d", c.Sessions.MaxSessions)

@@ -33,7 +33,7 @@ func toStatus(err error) error {
 		return status.Error(codes.OutOfRange, dropped.Error())
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, credstore.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, session.ErrBusy):
+	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrNotWaiting):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, credstore.ErrReadOnly):
 		return status.Error(codes.FailedPrecondition, err.Error())
@@ -59,6 +59,9 @@ func sessionToProto(st session.State) *agentdv1.Session {
 		RetryAttempt: int32(st.RetryAttempt), AutoRetryEnabled: st.Retry.Enabled,
 		Retry: settingsToProto(st.Retry), CreateTime: timestamppb.New(st.Created),
 		LastSeq: st.LastSeq, MessageCount: int32(st.MessageCount),
+	}
+	for _, c := range st.PendingToolCalls {
+		out.PendingToolCalls = append(out.PendingToolCalls, &agentdv1.ToolCall{CallId: c.CallID, Name: c.Name, Input: jsonValue(c.Input)})
 	}
 	for _, t := range st.Tools {
 		pt := &agentdv1.Tool{Name: t.Name, Description: t.Description}

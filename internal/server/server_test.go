@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/config"
@@ -929,5 +930,108 @@ func TestRESTFallbackAndRevert(t *testing.T) {
 	}
 	if m := model(); m != "sim/echo" {
 		t.Fatalf("model after revert = %s", m)
+	}
+}
+
+func TestToolLoopOverGRPC(t *testing.T) {
+	ts := start(t, "")
+	ctx := testCtx(t)
+	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}})
+	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo",
+		Tools: []*agentdv1.Tool{{Name: "lookup", Description: "looks things up", InputSchema: schema}}}))
+	if len(sess.GetTools()) != 1 || sess.GetTools()[0].GetInputSchema().GetFields()["type"].GetStringValue() != "object" {
+		t.Fatalf("tools = %v", sess.GetTools())
+	}
+	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "find it [[tools: lookup]]"}))
+	var evs []*agentdv1.Event
+	for {
+		e, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+		if tc := e.GetToolCall(); tc != nil {
+			if tc.GetInput().GetStructValue().GetFields()["text"].GetStringValue() != "find it" {
+				t.Fatalf("tool_call input = %v", tc.GetInput())
+			}
+			got := must(ts.agent.GetSession(ctx, &agentdv1.GetSessionRequest{SessionId: sess.GetId()}))
+			if len(got.GetPendingToolCalls()) != 1 || got.GetPendingToolCalls()[0].GetCallId() != tc.GetCallId() {
+				t.Fatalf("pending_tool_calls = %v", got.GetPendingToolCalls())
+			}
+			if _, err := ts.agent.SubmitToolResults(ctx, &agentdv1.SubmitToolResultsRequest{SessionId: sess.GetId(),
+				Results: []*agentdv1.ToolResult{{CallId: "bogus", Content: "x"}}}); status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("unknown call id: %v", err)
+			}
+			if _, err := ts.agent.SubmitToolResults(ctx, &agentdv1.SubmitToolResultsRequest{SessionId: sess.GetId(),
+				Results: []*agentdv1.ToolResult{{CallId: tc.GetCallId(), Content: "found"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := compact(types(evs)); got != "agent_start,message_start,message_update,message_end,tool_call,message_start,message_update,message_end,agent_end,prompt_end" {
+		t.Fatalf("events = %s", got)
+	}
+	var answer string
+	for _, e := range evs {
+		if me := e.GetMessageEnd(); me != nil {
+			answer = me.GetText()
+		}
+	}
+	if answer != "echo: find it (tools: lookup=found)" {
+		t.Fatalf("answer = %q", answer)
+	}
+	msgs := must(ts.agent.ListMessages(ctx, &agentdv1.ListMessagesRequest{SessionId: sess.GetId()})).GetMessages()
+	if len(msgs) != 4 || msgs[1].GetContent()[0].GetType() != "tool_call" || msgs[2].GetRole() != "tool" || msgs[2].GetContent()[0].GetText() != "found" {
+		t.Fatalf("history = %v", msgs)
+	}
+}
+
+func TestToolLoopOverREST(t *testing.T) {
+	ts := start(t, "")
+	ctx := testCtx(t)
+	// A bad schema is refused at creation.
+	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions", `{"model":"sim/echo","tools":[{"name":"x","inputSchema":{"type":"string"}}]}`, nil)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "tools[0].input_schema") {
+		t.Fatalf("bad schema = %d %s", resp.StatusCode, b)
+	}
+	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo","tools":[{"name":"get_weather","description":"Weather","inputSchema":{"type":"object"}}]}`, nil)
+	resp = postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"Paris? [[tools: get_weather]]"}`, http.Header{"Accept": {"text/event-stream"}})
+	defer resp.Body.Close()
+	frames := readSSE(t, resp.Body, func(f sseFrame) bool {
+		if f.event == "tool_call" {
+			callID := f.data["toolCall"].(map[string]any)["callId"].(string)
+			r := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":submitToolResults",
+				`{"results":[{"callId":"`+callID+`","content":"sunny, 21°C","isError":false}]}`, nil)
+			rb, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			if r.StatusCode != 200 {
+				t.Errorf("submitToolResults = %d %s", r.StatusCode, rb)
+			}
+		}
+		return false
+	})
+	last := frames[len(frames)-1]
+	if last.event != "prompt_end" || last.data["promptEnd"].(map[string]any)["outcome"] != "completed" {
+		t.Fatalf("last frame = %v", last)
+	}
+	var answer string
+	for _, f := range frames {
+		if f.event == "message_end" {
+			answer = f.data["messageEnd"].(map[string]any)["text"].(string)
+		}
+	}
+	if answer != "echo: Paris? (tools: get_weather=sunny, 21°C)" {
+		t.Fatalf("answer = %q", answer)
+	}
+	// Results for a session that waits for none: 400 (FAILED_PRECONDITION).
+	r := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":submitToolResults", `{"results":[{"callId":"c"}]}`, nil)
+	r.Body.Close()
+	if r.StatusCode != 400 {
+		t.Fatalf("results while not waiting = %d", r.StatusCode)
 	}
 }

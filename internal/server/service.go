@@ -241,19 +241,18 @@ func (a *agentService) ListMessages(ctx context.Context, req *agentdv1.ListMessa
 }
 
 func (a *agentService) SubmitToolResults(ctx context.Context, req *agentdv1.SubmitToolResultsRequest) (*agentdv1.SubmitToolResultsResponse, error) {
-	if _, err := a.session(ctx, req.GetSessionId()); err != nil {
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
 		return nil, err
 	}
-	if len(req.GetResults()) == 0 {
-		return nil, invalidArg("results", "is empty")
+	results := make([]session.ToolResult, 0, len(req.GetResults()))
+	for _, r := range req.GetResults() {
+		results = append(results, session.ToolResult{CallID: r.GetCallId(), Content: r.GetContent(), IsError: r.GetIsError()})
 	}
-	for i, r := range req.GetResults() {
-		if r.GetCallId() == "" {
-			return nil, invalidArg("results["+strconv.Itoa(i)+"].call_id", "is required")
-		}
+	if err := s.SubmitToolResults(results); err != nil {
+		return nil, toStatus(err)
 	}
-	// Sessions declare tools, but no run waits for client tool results yet.
-	return nil, status.Error(codes.FailedPrecondition, "session is not waiting for tool results")
+	return &agentdv1.SubmitToolResultsResponse{}, nil
 }
 
 // credentialService implements agentd.v1.CredentialService.

@@ -95,7 +95,10 @@ type Options struct {
 	EventBuffer      int // events kept per session for resume
 	MaxPromptBytes   int
 	MaxSessions      int // 0: unbounded
-	Logger           *slog.Logger
+	// ToolResultTimeout bounds the wait for a client's tool results
+	// (0: DefaultToolResultTimeout).
+	ToolResultTimeout time.Duration
+	Logger            *slog.Logger
 	// Rand draws the backoff jitter in [0,1); nil uses math/rand/v2.
 	Rand func() float64
 	// Now is the clock of event and history timestamps; nil uses time.Now.
@@ -129,6 +132,9 @@ func NewManager(opts Options) *Manager {
 	}
 	if opts.MaxPromptBytes <= 0 {
 		opts.MaxPromptBytes = 1 << 20
+	}
+	if opts.ToolResultTimeout <= 0 {
+		opts.ToolResultTimeout = DefaultToolResultTimeout
 	}
 	if opts.Rand == nil {
 		opts.Rand = mrand.Float64

@@ -55,6 +55,7 @@ type Session struct {
 	retryAborted bool          // AbortRetry arrived outside the sleep: end the chain at the next failure
 	credential   provider.Credential
 	fallback     *activeFallback
+	waiting      *toolWait // the tool calls the run waits for
 }
 
 // ID is the session's identifier.
@@ -71,6 +72,8 @@ type State struct {
 	Created                                             time.Time
 	LastSeq                                             uint64
 	MessageCount                                        int
+	// PendingToolCalls are the tool calls the run waits for results of.
+	PendingToolCalls []ToolCall
 }
 
 // State returns a snapshot of the session.
@@ -82,6 +85,13 @@ func (s *Session) State() State {
 		SystemPrompt: s.system, IsRetrying: s.gateOpen, RetryAttempt: s.retryAttempt,
 		Retry: s.settings, Tools: s.tools, Created: s.created, LastSeq: s.log.lastSeq(),
 		MessageCount: s.entries, Status: StatusIdle,
+	}
+	if w := s.waiting; w != nil {
+		for _, p := range w.calls {
+			if p.result == nil {
+				st.PendingToolCalls = append(st.PendingToolCalls, p.call)
+			}
+		}
 	}
 	switch {
 	case s.gateOpen:
@@ -264,20 +274,20 @@ func (s *Session) cancelRunDone() {
 
 // loop runs agent runs until the prompt is done and returns its outcome.
 func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcome, errText string) {
-	for call := 0; ; call++ {
+	call := 0
+	for {
 		// Before the prompt and before every continuation: back to the
 		// primary model once its cooldown has expired.
 		s.maybeRevert(ctx, promptID)
 		s.emit(Event{Type: EventAgentStart, PromptID: promptID})
-		res := s.callModel(ctx, promptID, call)
+		res, toolErr := s.runTurns(ctx, promptID, &call)
+		s.emit(Event{Type: EventAgentEnd, PromptID: promptID})
 		msg := res.Message
 		failed := msg.StopReason == provider.StopError || msg.StopReason == provider.StopAborted
-		if !failed {
-			// The success message_end of a chain emits auto_retry_end.
-			s.chainSucceeded(promptID)
-		}
-		s.emit(Event{Type: EventAgentEnd, PromptID: promptID})
-		if !failed {
+		switch {
+		case toolErr != "" && ctx.Err() == nil:
+			return OutcomeFailed, toolErr
+		case !failed && ctx.Err() == nil:
 			return OutcomeCompleted, ""
 		}
 		if ctx.Err() != nil {
@@ -313,6 +323,31 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 				return OutcomeAborted, final
 			}
 			return OutcomeFailed, final
+		}
+	}
+}
+
+// runTurns is one run's model calls: it calls the model, and while the model
+// stops to use tools, announces the tool calls, waits for the client's
+// results and calls the model again. It returns the last call's result, and
+// a non-empty error when the tool results never came.
+func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (provider.Result, string) {
+	for {
+		res := s.callModel(ctx, promptID, *call)
+		*call++
+		msg := &res.Message
+		if msg.StopReason == provider.StopError || msg.StopReason == provider.StopAborted {
+			return res, ""
+		}
+		// The success message_end of a retry chain emits auto_retry_end; the
+		// gate stays until the run ends (prompt_end), after its tools ran.
+		s.chainSucceeded(promptID)
+		calls := toolCallsOf(msg)
+		if msg.StopReason != provider.StopToolUse || len(calls) == 0 {
+			return res, ""
+		}
+		if errText := s.awaitToolResults(ctx, promptID, calls); errText != "" {
+			return res, errText
 		}
 	}
 }
@@ -371,6 +406,9 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, res pr
 	}
 	if msg.StopReason == provider.StopError && msg.ErrorMessage == "" {
 		msg.ErrorMessage = "Unknown error"
+	}
+	if msg.StopReason == provider.StopError || msg.StopReason == provider.StopAborted {
+		stripIncompleteToolCalls(msg)
 	}
 	end := Event{Type: EventMessageEnd, PromptID: promptID, Model: model, StopReason: msg.StopReason,
 		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text()}

@@ -93,10 +93,13 @@ func (s Step) String() string {
 type Script struct {
 	Steps  []Step // [[faults: …]]: step i plays on the call with Request.Call == i
 	Tokens int    // [[tokens: N]]; 0 answers with the echo
+	// Tools is [[tools: a, b > c]]: the tool calls of each turn of the run
+	// (turn 1 calls a and b, turn 2 calls c, turn 3 answers).
+	Tools [][]string
 }
 
 // IsZero reports whether s holds no directive.
-func (s Script) IsZero() bool { return len(s.Steps) == 0 && s.Tokens == 0 }
+func (s Script) IsZero() bool { return len(s.Steps) == 0 && s.Tokens == 0 && len(s.Tools) == 0 }
 
 // Step returns the step that plays on the call with Request.Call == call: a
 // plain "ok" past the end of the script.
@@ -114,6 +117,13 @@ func (s Script) String() string {
 	if s.Tokens > 0 {
 		parts = append(parts, fmt.Sprintf("[[tokens: %d]]", s.Tokens))
 	}
+	if len(s.Tools) > 0 {
+		turns := make([]string, len(s.Tools))
+		for i, names := range s.Tools {
+			turns[i] = strings.Join(names, ",")
+		}
+		parts = append(parts, "[[tools: "+strings.Join(turns, " > ")+"]]")
+	}
 	if len(s.Steps) > 0 {
 		steps := make([]string, len(s.Steps))
 		for i, st := range s.Steps {
@@ -127,12 +137,13 @@ func (s Script) String() string {
 var (
 	// directiveRe matches one complete directive, with the horizontal space
 	// before it so that removing it leaves single spaces between words.
-	directiveRe = regexp.MustCompile(`(?is)[ \t]*\[\[\s*(faults|tokens)\b(.*?)\]\]`)
+	directiveRe = regexp.MustCompile(`(?is)[ \t]*\[\[\s*(faults|tokens|tools)\b(.*?)\]\]`)
 	// openRe finds the start of a directive that has no end.
-	openRe = regexp.MustCompile(`(?i)\[\[\s*(faults|tokens)\b`)
+	openRe = regexp.MustCompile(`(?i)\[\[\s*(faults|tokens|tools)\b`)
 
-	digitsRe  = regexp.MustCompile(`^[0-9]+$`)
-	decimalRe = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+	toolNameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	digitsRe   = regexp.MustCompile(`^[0-9]+$`)
+	decimalRe  = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 )
 
 // ParseScript finds the directives in a prompt's text and checks them. It
@@ -148,7 +159,7 @@ func ParseScript(text string) (Script, error) {
 // trimmed.
 func parse(text string) (Script, string, error) {
 	var s Script
-	var seenFaults, seenTokens bool
+	var seenFaults, seenTokens, seenTools bool
 	for _, m := range directiveRe.FindAllStringSubmatch(text, -1) {
 		name := strings.ToLower(m[1])
 		body, ok := strings.CutPrefix(strings.TrimSpace(m[2]), ":")
@@ -176,6 +187,16 @@ func parse(text string) (Script, string, error) {
 				return Script{}, "", fmt.Errorf("tokens: want a whole number from 1 to %d, got %q", MaxTokens, strings.TrimSpace(body))
 			}
 			s.Tokens = n
+		case "tools":
+			if seenTools {
+				return Script{}, "", errors.New("tools: more than one [[tools: …]] directive")
+			}
+			seenTools = true
+			turns, err := parseTools(body)
+			if err != nil {
+				return Script{}, "", err
+			}
+			s.Tools = turns
 		}
 	}
 	rest := directiveRe.ReplaceAllString(text, "")
@@ -184,6 +205,24 @@ func parse(text string) (Script, string, error) {
 		return Script{}, "", fmt.Errorf("%s: unterminated directive: missing \"]]\" after %q", name, m[0])
 	}
 	return s, strings.TrimSpace(rest), nil
+}
+
+// parseTools parses the body of a tools directive: turns separated by ">",
+// the tools of one turn by ",".
+func parseTools(body string) ([][]string, error) {
+	var turns [][]string
+	for i, turn := range strings.Split(body, ">") {
+		var names []string
+		for _, name := range strings.Split(turn, ",") {
+			name = strings.TrimSpace(name)
+			if !toolNameRe.MatchString(name) {
+				return nil, fmt.Errorf("tools turn %d: %q is not a tool name", i+1, name)
+			}
+			names = append(names, name)
+		}
+		turns = append(turns, names)
+	}
+	return turns, nil
 }
 
 // parseSteps parses the body of a faults directive.

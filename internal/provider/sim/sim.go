@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -153,7 +154,13 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, onDelta fu
 		<-ctx.Done()
 		return c.aborted()
 	case StepOK, StepMidstream, StepCut:
+		if turn := toolTurn(req.Messages); turn < len(script.Tools) {
+			return c.toolCalls(script.Tools[turn], text, step)
+		}
 		words := answerWords(script, text)
+		if len(script.Tools) > 0 {
+			words = wordRe.FindAllString("echo: "+text+" (tools: "+toolResults(req.Messages)+")", -1)
+		}
 		n := len(words)
 		switch {
 		case step.Kind == StepOK:
@@ -347,6 +354,83 @@ func staleID(req *provider.Request) string {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%d", req.Model, req.Call)
 	return fmt.Sprintf("resp_%016x", h.Sum64())
+}
+
+// toolTurn is the number of tool turns the run has completed: the tool
+// result messages after the latest user message.
+func toolTurn(msgs []provider.Message) int {
+	n := 0
+	for i := len(msgs) - 1; i >= 0 && msgs[i].Role != provider.RoleUser; i-- {
+		if msgs[i].Role == provider.RoleTool {
+			n++
+		}
+	}
+	return n
+}
+
+// toolResults summarises the tool results after the latest user message:
+// "name=content; …".
+func toolResults(msgs []provider.Message) string {
+	names := map[string]string{}
+	var parts []string
+	start := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == provider.RoleUser {
+			start = i + 1
+			break
+		}
+	}
+	for _, m := range msgs[start:] {
+		for _, b := range m.Content {
+			switch b.Type {
+			case provider.BlockToolCall:
+				names[b.ToolCallID] = b.ToolName
+			case provider.BlockToolResult:
+				r := b.Text
+				if b.IsError {
+					r = "error: " + r
+				}
+				parts = append(parts, names[b.ToolCallID]+"="+r)
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// toolCalls answers a tool turn: one tool call per name, each with the input
+// {"text": <the prompt's text>}, streamed as deltas (id and name, then the
+// input in two pieces). A midstream or cut step fails the turn after its
+// tool calls completed: a failure that must not be retried.
+func (c *call) toolCalls(names []string, text string, step Step) provider.Result {
+	c.in = inputTokens(c.req)
+	input, _ := json.Marshal(map[string]string{"text": text})
+	var blocks []provider.Block
+	for i, name := range names {
+		id := fmt.Sprintf("call_%d_%d", len(c.req.Messages), i)
+		d := c.p.opts.TokenDelay
+		if i == 0 {
+			d = c.p.opts.FirstTokenDelay
+		}
+		if !c.wait(d) {
+			return c.aborted()
+		}
+		c.onDelta(provider.Delta{ToolCallID: id, ToolName: name})
+		half := len(input) / 2
+		for _, part := range []string{string(input[:half]), string(input[half:])} {
+			if !c.wait(c.p.opts.TokenDelay) {
+				return c.aborted()
+			}
+			c.onDelta(provider.Delta{ToolCallID: id, ToolArgsPart: part})
+		}
+		c.out++
+		blocks = append(blocks, provider.Block{Type: provider.BlockToolCall, ToolCallID: id, ToolName: name, ToolInput: input})
+	}
+	r := c.result(provider.StopToolUse, "", "", nil)
+	if step.Kind == StepMidstream || step.Kind == StepCut {
+		r = c.result(provider.StopError, msgMidstream, provider.DetailInterruptedAfterContent, &provider.Failure{Status: http.StatusOK, Headers: c.headers(false)})
+	}
+	r.Message.Content = append(r.Message.Content, blocks...)
+	return r
 }
 
 // latestUserText returns the text of the latest user message.

@@ -55,9 +55,12 @@ type Session struct {
 	// The seq of the newest event.
 	LastSeq uint64 `protobuf:"varint,14,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	// The number of entries in the persisted history.
-	MessageCount  int32 `protobuf:"varint,15,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MessageCount int32 `protobuf:"varint,15,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
+	// The tool calls the running prompt waits for results of
+	// (SubmitToolResults).
+	PendingToolCalls []*ToolCall `protobuf:"bytes,16,rep,name=pending_tool_calls,json=pendingToolCalls,proto3" json:"pending_tool_calls,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -193,6 +196,13 @@ func (x *Session) GetMessageCount() int32 {
 		return x.MessageCount
 	}
 	return 0
+}
+
+func (x *Session) GetPendingToolCalls() []*ToolCall {
+	if x != nil {
+		return x.PendingToolCalls
+	}
+	return nil
 }
 
 // RetrySettings is the retry group of the behaviour source. In
@@ -1551,7 +1561,7 @@ var File_agentd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15agentd/v1/agent.proto\x12\tagentd.v1\x1a\x15agentd/v1/event.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x04\n" +
+	"\x15agentd/v1/agent.proto\x12\tagentd.v1\x1a\x15agentd/v1/event.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x04\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
@@ -1570,7 +1580,8 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\vcreate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x19\n" +
 	"\blast_seq\x18\x0e \x01(\x04R\alastSeq\x12#\n" +
-	"\rmessage_count\x18\x0f \x01(\x05R\fmessageCount\"\xa9\x04\n" +
+	"\rmessage_count\x18\x0f \x01(\x05R\fmessageCount\x12A\n" +
+	"\x12pending_tool_calls\x18\x10 \x03(\v2\x13.agentd.v1.ToolCallR\x10pendingToolCalls\"\xa9\x04\n" +
 	"\rRetrySettings\x12\x1d\n" +
 	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12$\n" +
 	"\vmax_retries\x18\x02 \x01(\x05H\x01R\n" +
@@ -1738,56 +1749,58 @@ var file_agentd_v1_agent_proto_goTypes = []any{
 	(*ContentBlock)(nil),              // 24: agentd.v1.ContentBlock
 	nil,                               // 25: agentd.v1.RetrySettings.FallbackChainsEntry
 	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 27: google.protobuf.Struct
-	(*StopDetails)(nil),               // 28: agentd.v1.StopDetails
-	(*ModelChange)(nil),               // 29: agentd.v1.ModelChange
-	(*structpb.Value)(nil),            // 30: google.protobuf.Value
-	(*Event)(nil),                     // 31: agentd.v1.Event
+	(*ToolCall)(nil),                  // 27: agentd.v1.ToolCall
+	(*structpb.Struct)(nil),           // 28: google.protobuf.Struct
+	(*StopDetails)(nil),               // 29: agentd.v1.StopDetails
+	(*ModelChange)(nil),               // 30: agentd.v1.ModelChange
+	(*structpb.Value)(nil),            // 31: google.protobuf.Value
+	(*Event)(nil),                     // 32: agentd.v1.Event
 }
 var file_agentd_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: agentd.v1.Session.retry:type_name -> agentd.v1.RetrySettings
 	3,  // 1: agentd.v1.Session.tools:type_name -> agentd.v1.Tool
 	26, // 2: agentd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	25, // 3: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
-	27, // 4: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	1,  // 5: agentd.v1.CreateSessionRequest.retry:type_name -> agentd.v1.RetrySettings
-	3,  // 6: agentd.v1.CreateSessionRequest.tools:type_name -> agentd.v1.Tool
-	0,  // 7: agentd.v1.ListSessionsResponse.sessions:type_name -> agentd.v1.Session
-	23, // 8: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
-	21, // 9: agentd.v1.SubmitToolResultsRequest.results:type_name -> agentd.v1.ToolResult
-	24, // 10: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
-	28, // 11: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
-	26, // 12: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
-	29, // 13: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
-	30, // 14: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
-	2,  // 15: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
-	4,  // 16: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
-	5,  // 17: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
-	6,  // 18: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
-	8,  // 19: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
-	10, // 20: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
-	11, // 21: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
-	12, // 22: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
-	14, // 23: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
-	16, // 24: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
-	18, // 25: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
-	20, // 26: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
-	0,  // 27: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
-	0,  // 28: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
-	7,  // 29: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
-	9,  // 30: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
-	31, // 31: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
-	31, // 32: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
-	13, // 33: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
-	15, // 34: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
-	17, // 35: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
-	19, // 36: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
-	22, // 37: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
-	27, // [27:38] is the sub-list for method output_type
-	16, // [16:27] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	27, // 3: agentd.v1.Session.pending_tool_calls:type_name -> agentd.v1.ToolCall
+	25, // 4: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
+	28, // 5: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	1,  // 6: agentd.v1.CreateSessionRequest.retry:type_name -> agentd.v1.RetrySettings
+	3,  // 7: agentd.v1.CreateSessionRequest.tools:type_name -> agentd.v1.Tool
+	0,  // 8: agentd.v1.ListSessionsResponse.sessions:type_name -> agentd.v1.Session
+	23, // 9: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
+	21, // 10: agentd.v1.SubmitToolResultsRequest.results:type_name -> agentd.v1.ToolResult
+	24, // 11: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
+	29, // 12: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
+	26, // 13: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
+	30, // 14: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
+	31, // 15: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
+	2,  // 16: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
+	4,  // 17: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
+	5,  // 18: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
+	6,  // 19: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
+	8,  // 20: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
+	10, // 21: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
+	11, // 22: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
+	12, // 23: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
+	14, // 24: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
+	16, // 25: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
+	18, // 26: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
+	20, // 27: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
+	0,  // 28: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
+	0,  // 29: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
+	7,  // 30: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
+	9,  // 31: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
+	32, // 32: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
+	32, // 33: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
+	13, // 34: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
+	15, // 35: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
+	17, // 36: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
+	19, // 37: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
+	22, // 38: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_agentd_v1_agent_proto_init() }
