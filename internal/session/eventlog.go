@@ -38,6 +38,7 @@ func (e *DroppedError) Is(target error) bool { return target == ErrEventsDropped
 type eventLog struct {
 	sessionID string
 	now       func() time.Time
+	onDrop    func() // a reader fell behind and was cut off
 
 	mu     sync.Mutex
 	ring   []Event // ring[(seq-1) % len(ring)] holds seq
@@ -47,8 +48,11 @@ type eventLog struct {
 	subs   int
 }
 
-func newEventLog(sessionID string, size int, now func() time.Time) *eventLog {
-	return &eventLog{sessionID: sessionID, now: now, ring: make([]Event, size), next: 1, wake: make(chan struct{})}
+func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()) *eventLog {
+	if onDrop == nil {
+		onDrop = func() {}
+	}
+	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, ring: make([]Event, size), next: 1, wake: make(chan struct{})}
 }
 
 // publish stamps e with the next seq and the time, stores it and wakes
@@ -145,6 +149,7 @@ func (s *Subscription) fill(ctx context.Context) error {
 	l.mu.Lock()
 	if oldest := l.oldestLocked(); s.after+1 < oldest {
 		l.mu.Unlock()
+		l.onDrop()
 		return &DroppedError{After: s.after, Oldest: oldest}
 	}
 	if n := l.next - 1 - s.after; n > 0 {

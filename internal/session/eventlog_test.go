@@ -9,7 +9,7 @@ import (
 )
 
 func TestEventLogOrderAndResume(t *testing.T) {
-	l := newEventLog("s", 16, time.Now)
+	l := newEventLog("s", 16, time.Now, nil)
 	for range 10 {
 		l.publish(Event{Type: EventMessageUpdate})
 	}
@@ -37,7 +37,7 @@ func TestEventLogOrderAndResume(t *testing.T) {
 }
 
 func TestEventLogDroppedIsAnErrorNotAGap(t *testing.T) {
-	l := newEventLog("s", 16, time.Now)
+	l := newEventLog("s", 16, time.Now, nil)
 	slow, err := l.subscribe(0)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestEventLogDroppedIsAnErrorNotAGap(t *testing.T) {
 }
 
 func TestEventLogCloseDeliversThenEnds(t *testing.T) {
-	l := newEventLog("s", 16, time.Now)
+	l := newEventLog("s", 16, time.Now, nil)
 	sub, _ := l.subscribe(0)
 	defer sub.Close()
 	l.publish(Event{Type: EventPromptEnd})
@@ -85,7 +85,7 @@ func TestEventLogCloseDeliversThenEnds(t *testing.T) {
 // Many readers, one fast writer: every reader sees every event in order or
 // a clear DroppedError; the writer never blocks.
 func TestEventLogFanOut(t *testing.T) {
-	l := newEventLog("s", 64, time.Now)
+	l := newEventLog("s", 64, time.Now, nil)
 	const readers, events = 50, 5000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

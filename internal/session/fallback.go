@@ -107,6 +107,7 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 			s.fallback.pinned = true
 		}
 		s.emit(Event{Type: EventRetryFallbackApplied, PromptID: promptID, From: current, To: candidate, Role: role})
+		s.m.opts.Observer.FallbackApplied(role)
 		s.switchModelLocked(ctx, promptID, current, candidate, "fallback")
 		s.mu.Unlock()
 		return true
@@ -137,6 +138,7 @@ func (s *Session) maybeRevert(ctx context.Context, promptID string) {
 	}
 	if current != fb.original {
 		s.switchModelLocked(ctx, promptID, current, fb.original, "revert")
+		s.m.opts.Observer.FallbackReverted(fb.role)
 	}
 	s.fallback = nil
 }

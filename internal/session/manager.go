@@ -88,6 +88,7 @@ type Options struct {
 	History     History        // nil: in memory
 	Credentials Credentials    // nil: providers need none
 	Cooldowns   Cooldowns      // nil: models never cool down
+	Observer    Observer       // nil: NopObserver (metrics)
 	// FallbackCooldown is the cooldown of a failing model when the provider
 	// gave no hint (0: the retry engine's estimate from the error's wording,
 	// DefaultFallbackCooldown when it has none).
@@ -135,6 +136,9 @@ func NewManager(opts Options) *Manager {
 	}
 	if opts.ToolResultTimeout <= 0 {
 		opts.ToolResultTimeout = DefaultToolResultTimeout
+	}
+	if opts.Observer == nil {
+		opts.Observer = NopObserver{}
 	}
 	if opts.Rand == nil {
 		opts.Rand = mrand.Float64
@@ -207,7 +211,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 		m: m, id: id, tenant: tenant, created: m.opts.Now(),
 		role: p.Role, system: p.SystemPrompt, tools: p.Tools,
 		primary: p.Model, model: p.Model, settings: settings,
-		log: newEventLog(id, m.opts.EventBuffer, m.opts.Now),
+		log: newEventLog(id, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -379,6 +383,21 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	s.mu.Unlock()
 	s.log.close()
 	return m.opts.History.Delete(ctx, id)
+}
+
+// Subscribers is the number of event readers over every session.
+func (m *Manager) Subscribers() int {
+	m.mu.RLock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.RUnlock()
+	n := 0
+	for _, s := range all {
+		n += s.Subscribers()
+	}
+	return n
 }
 
 // Count is the number of sessions.

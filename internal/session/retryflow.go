@@ -27,14 +27,14 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	settings := s.settings
 	if !settings.Enabled {
 		s.mu.Unlock()
-		s.endChainIfOpen(promptID, errMsg)
+		s.endChainIfOpen(promptID, ChainDisabled, errMsg)
 		return false, errMsg
 	}
 	if s.retryAborted {
 		// AbortRetry arrived while this retried call was streaming.
 		s.retryAborted = false
 		s.mu.Unlock()
-		s.endChainIfOpen(promptID, finalCancelled)
+		s.endChainIfOpen(promptID, ChainCancelled, finalCancelled)
 		return false, finalCancelled
 	}
 	// 3. Count the attempt. 4. Open the gate once per chain.
@@ -44,6 +44,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	// 5. Past maxRetries: final failure, reporting the last attempted retry.
 	if attempt > settings.MaxRetries {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt - 1, FinalError: errMsg})
+		s.chainEndedLocked(ChainMaxRetries, attempt-1, errMsg)
 		s.retryAttempt, s.gateOpen = 0, false
 		s.mu.Unlock()
 		return false, errMsg
@@ -67,6 +68,11 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		}
 		if sw.Switched {
 			switched = true
+			reason := "estimate"
+			if !v.UsageWindowEstimated {
+				reason = "hint"
+			}
+			s.m.opts.Observer.CredentialSwitched(p.Name, reason)
 			s.mu.Lock()
 			s.credential = sw.To
 			s.mu.Unlock()
@@ -85,6 +91,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		// the chain ends silently (no auto_retry_start), counters reset.
 		s.mu.Lock()
 		s.retryAttempt, s.gateOpen = 0, false
+		s.m.opts.Observer.ChainEnded(ChainRefusalNoFallback)
 		s.mu.Unlock()
 		return false, errMsg
 	}
@@ -99,6 +106,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 			delayWording(plan.Source), plan.Delay.Milliseconds(), settings.MaxDelay.Milliseconds(), errMsg)
 		s.mu.Lock()
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: final})
+		s.chainEndedLocked(ChainMaxDelay, attempt, final)
 		s.retryAttempt, s.gateOpen = 0, false
 		s.mu.Unlock()
 		return false, final
@@ -121,9 +129,19 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	// 12. Sleep, cancellable by AbortRetry (and so by Abort).
 	cancel := make(chan struct{})
 	s.sleepCancel = cancel
+	obs := s.m.opts.Observer
+	obs.RetryScheduled(Retry{SessionID: s.id, Provider: p.Name, Model: model, Credential: s.credential.ID,
+		Attempt: attempt, Class: string(v.Class), Source: string(plan.Source), Delay: plan.Delay})
+	s.m.log.Info("retry scheduled", "session", s.id, "attempt", attempt, "max_attempts", settings.MaxRetries,
+		"class", v.Class, "delay", plan.Delay, "delay_source", plan.Source, "model", s.model,
+		"credential", s.credential.ID, "error", errMsg)
 	s.mu.Unlock()
 
+	obs.InBackoff(1)
+	slept := time.Now()
 	cancelled := sleep(ctx, plan.Delay, cancel)
+	obs.InBackoff(-1)
+	obs.BackoffSlept(string(v.Class), string(plan.Source), time.Since(slept))
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,6 +150,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	}
 	if cancelled {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: finalCancelled})
+		s.chainEndedLocked(ChainCancelled, attempt, finalCancelled)
 		s.retryAttempt, s.gateOpen = 0, false
 		return false, finalCancelled
 	}

@@ -250,6 +250,7 @@ func (s *Session) emit(e Event) { s.log.publish(e) }
 // chain, until the chain has ended. It always ends with prompt_end.
 func (s *Session) run(ctx context.Context, gen uint64, promptID string) {
 	defer s.m.runs.Done()
+	started := time.Now()
 	outcome, errText := s.loop(ctx, gen, promptID)
 
 	s.mu.Lock()
@@ -264,6 +265,7 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string) {
 	s.gateOpen, s.retryAborted, s.sleepCancel = false, false, nil
 	s.retryAttempt = 0
 	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText})
+	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
 	s.running, s.cancelRun, s.promptID = false, nil, ""
 	s.cancelRunDone()
 }
@@ -280,7 +282,8 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 		// primary model once its cooldown has expired.
 		s.maybeRevert(ctx, promptID)
 		s.emit(Event{Type: EventAgentStart, PromptID: promptID})
-		res, toolErr := s.runTurns(ctx, promptID, &call)
+		t, toolErr := s.runTurns(ctx, promptID, &call)
+		res := t.Result
 		s.emit(Event{Type: EventAgentEnd, PromptID: promptID})
 		msg := res.Message
 		failed := msg.StopReason == provider.StopError || msg.StopReason == provider.StopAborted
@@ -292,16 +295,16 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 		}
 		if ctx.Err() != nil {
 			// A user abort, a delete or a shutdown: never retried.
-			s.endChainIfOpen(promptID, "Retry cancelled")
+			s.endChainIfOpen(promptID, ChainCancelled, "Retry cancelled")
 			return OutcomeAborted, ""
 		}
-		v := retry.Classify(failureOf(&res, s.providerKind(msg.Model)), s.m.opts.Now())
+		v := t.verdict
 		allowFallback := true
 		if msg.StopReason == provider.StopAborted {
 			// Only a content-less abort carrying the generic sentinel, outside
 			// any user abort, retries — and never with model fallback.
 			if !retry.IsReasonlessAbort(msg.StopReason, msg.ErrorMessage, len(msg.Content) > 0) {
-				s.endChainIfOpen(promptID, msg.ErrorMessage)
+				s.endChainIfOpen(promptID, ChainCancelled, msg.ErrorMessage)
 				return OutcomeAborted, msg.ErrorMessage
 			}
 			v = retry.ReasonlessAbortVerdict()
@@ -311,7 +314,7 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 			s.emit(Event{Type: EventContextOverflow, PromptID: promptID, ErrorMessage: msg.ErrorMessage})
 		}
 		if !v.Retryable {
-			s.endChainIfOpen(promptID, msg.ErrorMessage)
+			s.endChainIfOpen(promptID, ChainNotRetryable, msg.ErrorMessage)
 			return OutcomeFailed, msg.ErrorMessage
 		}
 		cont, final := s.handleRetryable(ctx, gen, promptID, &res, v, allowFallback)
@@ -331,23 +334,23 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 // stops to use tools, announces the tool calls, waits for the client's
 // results and calls the model again. It returns the last call's result, and
 // a non-empty error when the tool results never came.
-func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (provider.Result, string) {
+func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (turn, string) {
 	for {
-		res := s.callModel(ctx, promptID, *call)
+		t := s.callModel(ctx, promptID, *call)
 		*call++
-		msg := &res.Message
+		msg := &t.Message
 		if msg.StopReason == provider.StopError || msg.StopReason == provider.StopAborted {
-			return res, ""
+			return t, ""
 		}
 		// The success message_end of a retry chain emits auto_retry_end; the
 		// gate stays until the run ends (prompt_end), after its tools ran.
 		s.chainSucceeded(promptID)
 		calls := toolCallsOf(msg)
 		if msg.StopReason != provider.StopToolUse || len(calls) == 0 {
-			return res, ""
+			return t, ""
 		}
 		if errText := s.awaitToolResults(ctx, promptID, calls); errText != "" {
-			return res, errText
+			return t, errText
 		}
 	}
 }
@@ -355,7 +358,13 @@ func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (pro
 // callModel makes one model call: message_start, message_update as output
 // streams, message_end; the assistant message goes to the history and the
 // runtime context.
-func (s *Session) callModel(ctx context.Context, promptID string, call int) provider.Result {
+// turn is one model call's result and, for an error stop, its retry verdict.
+type turn struct {
+	provider.Result
+	verdict retry.Verdict
+}
+
+func (s *Session) callModel(ctx context.Context, promptID string, call int) turn {
 	s.mu.Lock()
 	model := s.model
 	p := s.m.providerOf(model)
@@ -370,6 +379,7 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) prov
 	s.streaming = true
 	s.mu.Unlock()
 
+	s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
 	if s.m.opts.Credentials != nil {
 		cred, ok, err := s.m.opts.Credentials.Pick(ctx, p.Name)
 		if err != nil {
@@ -386,18 +396,31 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) prov
 		}
 	}
 
-	s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
+	started := time.Now()
+	var ttft time.Duration
 	res := p.Client.Stream(ctx, req, func(d provider.Delta) {
+		if ttft == 0 {
+			ttft = time.Since(started)
+		}
 		e := Event{Type: EventMessageUpdate, PromptID: promptID, TextDelta: d.Text, ThinkingDelta: d.Thinking}
 		if d.ToolCallID != "" || d.ToolName != "" || d.ToolArgsPart != "" {
 			e.ToolCallDelta = &ToolCallDelta{CallID: d.ToolCallID, Name: d.ToolName, InputDelta: d.ToolArgsPart}
 		}
 		s.emit(e)
 	})
-	return s.finishCall(ctx, promptID, model, res)
+	t := s.finishCall(ctx, promptID, model, res)
+	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason}
+	if t.Message.StopReason == provider.StopError {
+		if t.Failure != nil {
+			c.Status = t.Failure.Status
+		}
+		c.Class = string(t.verdict.Class)
+	}
+	s.m.opts.Observer.ModelCalled(c)
+	return t
 }
 
-func (s *Session) finishCall(ctx context.Context, promptID, model string, res provider.Result) provider.Result {
+func (s *Session) finishCall(ctx context.Context, promptID, model string, res provider.Result) turn {
 	msg := &res.Message
 	msg.Role = provider.RoleAssistant
 	msg.Model = model
@@ -410,10 +433,12 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, res pr
 	if msg.StopReason == provider.StopError || msg.StopReason == provider.StopAborted {
 		stripIncompleteToolCalls(msg)
 	}
+	var v retry.Verdict
 	end := Event{Type: EventMessageEnd, PromptID: promptID, Model: model, StopReason: msg.StopReason,
 		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text()}
 	if msg.StopReason == provider.StopError {
-		end.ErrorClass = string(retry.Classify(failureOf(&res, s.providerKind(model)), s.m.opts.Now()).Class)
+		v = retry.Classify(failureOf(&res, s.providerKind(model)), s.m.opts.Now())
+		end.ErrorClass = string(v.Class)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -424,7 +449,7 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, res pr
 	}
 	s.context = append(s.context, *msg)
 	s.emit(end)
-	return res
+	return turn{Result: res, verdict: v}
 }
 
 // failureOf turns a provider result into the retry engine's input.
@@ -462,19 +487,30 @@ func (s *Session) chainSucceeded(promptID string) {
 	if s.retryAttempt > 0 {
 		if s.fallback != nil && s.model != s.fallback.original {
 			s.emit(Event{Type: EventRetryFallbackSucceeded, PromptID: promptID, Model: s.model, Role: s.fallback.role})
+			s.m.opts.Observer.FallbackSucceeded(s.fallback.role)
 		}
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: true, Attempt: s.retryAttempt})
+		s.chainEndedLocked(ChainSuccess, s.retryAttempt, "")
 		s.retryAttempt = 0
 	}
 }
 
 // endChainIfOpen ends a retry chain that a non-retried stop interrupts, so
 // that every auto_retry_start is followed by an auto_retry_end.
-func (s *Session) endChainIfOpen(promptID, finalError string) {
+func (s *Session) endChainIfOpen(promptID, outcome, finalError string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.retryAttempt > 0 {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: s.retryAttempt, FinalError: finalError})
+		s.chainEndedLocked(outcome, s.retryAttempt, finalError)
 	}
 	s.retryAttempt, s.gateOpen, s.retryAborted = 0, false, false
+}
+
+// chainEndedLocked reports the end of a retry chain to the observer and
+// the log.
+func (s *Session) chainEndedLocked(outcome string, attempt int, finalError string) {
+	s.m.opts.Observer.ChainEnded(outcome)
+	s.m.log.Info("retry chain ended", "session", s.id, "outcome", outcome, "attempt", attempt,
+		"model", s.model, "credential", s.credential.ID, "final_error", finalError)
 }

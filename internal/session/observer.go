@@ -1,0 +1,75 @@
+package session
+
+import "time"
+
+// Chain outcomes, as the Observer hears them.
+const (
+	ChainSuccess           = "success"
+	ChainMaxRetries        = "max_retries"
+	ChainMaxDelay          = "max_delay"
+	ChainCancelled         = "cancelled"
+	ChainRefusalNoFallback = "refusal_no_fallback"
+	ChainDisabled          = "disabled"
+	ChainNotRetryable      = "not_retryable"
+)
+
+// ChainOutcomes lists every chain outcome.
+var ChainOutcomes = []string{ChainSuccess, ChainMaxRetries, ChainMaxDelay, ChainCancelled,
+	ChainRefusalNoFallback, ChainDisabled, ChainNotRetryable}
+
+// Call describes one finished model call.
+type Call struct {
+	Provider, Model string
+	Duration        time.Duration
+	// TTFT is the time to the first streamed output; 0 when none came.
+	TTFT       time.Duration
+	StopReason string
+	// Error stops only: the HTTP status (0 before a response, 200 for an
+	// in-stream error) and the retry class.
+	Status int
+	Class  string
+}
+
+// Retry describes one scheduled retry (an auto_retry_start).
+type Retry struct {
+	SessionID, Provider, Model, Credential string
+	Attempt                                int
+	Class, Source                          string
+	Delay                                  time.Duration
+}
+
+// Observer hears what the session engine does, for metrics. Calls come from
+// session goroutines, synchronously: implementations must be fast and safe
+// for concurrent use. Embed NopObserver to implement only some methods.
+type Observer interface {
+	PromptEnded(outcome string, d time.Duration)
+	ModelCalled(c Call)
+	RetryScheduled(r Retry)
+	// BackoffSlept reports a backoff sleep that ended (cut short when
+	// cancelled); inBackoff is +1 when a sleep starts and -1 when it ends.
+	BackoffSlept(class, source string, d time.Duration)
+	InBackoff(delta int)
+	ChainEnded(outcome string)
+	CredentialSwitched(provider, reason string)
+	FallbackApplied(role string)
+	FallbackSucceeded(role string)
+	FallbackReverted(role string)
+	SubscriberDropped()
+}
+
+// NopObserver ignores everything.
+type NopObserver struct{}
+
+func (NopObserver) PromptEnded(string, time.Duration)          {}
+func (NopObserver) ModelCalled(Call)                           {}
+func (NopObserver) RetryScheduled(Retry)                       {}
+func (NopObserver) BackoffSlept(string, string, time.Duration) {}
+func (NopObserver) InBackoff(int)                              {}
+func (NopObserver) ChainEnded(string)                          {}
+func (NopObserver) CredentialSwitched(string, string)          {}
+func (NopObserver) FallbackApplied(string)                     {}
+func (NopObserver) FallbackSucceeded(string)                   {}
+func (NopObserver) FallbackReverted(string)                    {}
+func (NopObserver) SubscriberDropped()                         {}
+
+var _ Observer = NopObserver{}
