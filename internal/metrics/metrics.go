@@ -247,7 +247,9 @@ func (m *Metrics) CredentialSwitched(provider, reason string) {
 }
 
 // FallbackApplied implements session.Observer.
-func (m *Metrics) FallbackApplied(role string) { m.FallbacksApplied.WithLabelValues(m.role(role)).Inc() }
+func (m *Metrics) FallbackApplied(role string) {
+	m.FallbacksApplied.WithLabelValues(m.role(role)).Inc()
+}
 
 // FallbackSucceeded implements session.Observer.
 func (m *Metrics) FallbackSucceeded(role string) {
@@ -255,7 +257,9 @@ func (m *Metrics) FallbackSucceeded(role string) {
 }
 
 // FallbackReverted implements session.Observer.
-func (m *Metrics) FallbackReverted(role string) { m.FallbacksReverted.WithLabelValues(m.role(role)).Inc() }
+func (m *Metrics) FallbackReverted(role string) {
+	m.FallbacksReverted.WithLabelValues(m.role(role)).Inc()
+}
 
 // SubscriberDropped implements session.Observer.
 func (m *Metrics) SubscriberDropped() { m.EventsDropped.Inc() }
