@@ -25,8 +25,29 @@ build: ## Build bin/agentd
 	go build -o bin/agentd ./cmd/agentd
 
 .PHONY: test
-test: vet lint checkgenerate ## vet, buf lint, generated-code check, then every test with -race
+test: vet lint checkgenerate ## vet, buf lint, generated-code check, then every test with -race, then the browser tests
 	go test -race -count=1 -timeout 15m ./...
+	@$(MAKE) --no-print-directory test-browser
+
+# Browser tests (e2e/browser): headless Chromium from Debian's chromium
+# package, driven by playwright-core, against a freshly built agentd.
+CHROMIUM ?= /usr/bin/chromium
+export CHROMIUM
+
+.PHONY: test-browser
+test-browser: ## The console and a cross-origin page in headless Chromium (needs chromium and Node.js 20+)
+	@if [ ! -x "$(CHROMIUM)" ] || ! command -v npm >/dev/null; then \
+		if [ -n "$${CI:-}" ]; then echo "test-browser: $(CHROMIUM) or npm missing (apt-get install chromium)"; exit 1; fi; \
+		echo "chromium or npm not installed: skipping the browser tests (apt-get install chromium)"; exit 0; fi; \
+	if [ ! -d e2e/browser/node_modules/playwright-core ]; then (cd e2e/browser && npm ci --no-audit --no-fund); fi; \
+	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	go build -o $$tmp/agentd ./cmd/agentd; \
+	cd e2e/browser && AGENTD_BIN=$$tmp/agentd npm test --silent
+
+.PHONY: console-screenshots
+console-screenshots: ## Rewrite docs/console-*.png from the browser tests
+	@if [ ! -d e2e/browser/node_modules/playwright-core ]; then (cd e2e/browser && npm ci --no-audit --no-fund); fi
+	cd e2e/browser && npm run screenshots --silent
 
 .PHONY: test-short
 test-short: ## Tests only (with -race), no lint or generation check

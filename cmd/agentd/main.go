@@ -24,8 +24,11 @@ import (
 const usage = `agentd hosts LLM agent sessions that survive provider failures.
 
 Usage:
-  agentd serve [--config FILE] [--grpc-addr ADDR] [--http-addr ADDR] [--log-format text|json]
+  agentd serve [--config FILE] [--grpc-addr ADDR] [--http-addr ADDR] [--log-format auto|json|text]
   agentd classify     read provider errors as JSON lines on stdin, print retry verdicts
+  agentd chat [--addr ADDR] [--token T] [--session ID | --model PROVIDER/MODEL]   a session in the terminal
+  agentd mock-provider [--listen ADDR] [--faults SCRIPT] …   a mock LLM provider for chaos testing
+  agentd bench [--rounds N] [--out DIR] [SCENARIO…]   load tests against agentd (see BENCHMARKS.md)
 
 Run "agentd COMMAND -h" for a command's flags.
 `
@@ -48,6 +51,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	case "chat":
+		return runChat(args[1:], stdin, stdout, stderr)
+	case "mock-provider":
+		return runMockProvider(args[1:], stdout, stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -63,11 +72,19 @@ func serve(args []string, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "YAML configuration file (default: embedded defaults)")
 	grpcAddr := fs.String("grpc-addr", "", "gRPC listen address (overrides listen.grpc; default 127.0.0.1:9090)")
 	httpAddr := fs.String("http-addr", "", "HTTP listen address (overrides listen.http; default 127.0.0.1:8080)")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logFormat := fs.String("log-format", "auto", "log format: json, text, or auto (text on a terminal, else json)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	var handler slog.Handler
+	if *logFormat == "auto" {
+		*logFormat = "json"
+		if f, ok := stderr.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				*logFormat = "text"
+			}
+		}
+	}
 	switch *logFormat {
 	case "text":
 		handler = slog.NewTextHandler(stderr, nil)

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +30,31 @@ type Config struct {
 	Auth      Auth       `yaml:"auth"`
 	Providers []Provider `yaml:"providers"`
 	Sessions  Sessions   `yaml:"sessions"`
+	HTTP      HTTP       `yaml:"http"`
+}
+
+// HTTP tunes the HTTP face for web frontends: CORS, SSE heartbeats and the
+// stream tickets of browser EventSources.
+type HTTP struct {
+	CORS CORS `yaml:"cors"`
+	// SSEHeartbeatMs is the idle time after which an SSE stream gets a
+	// ": ping" comment (default 15000).
+	SSEHeartbeatMs int64 `yaml:"sse_heartbeat_ms"`
+	// TicketTTLMs is how long a stream ticket is accepted (default 60000,
+	// at most 3600000).
+	TicketTTLMs int64 `yaml:"ticket_ttl_ms"`
+	// TicketKeyEnv names an environment variable holding the key that signs
+	// stream tickets (32+ bytes), shared by replicas so that any of them
+	// accepts a ticket; without it each process signs with a random key.
+	TicketKeyEnv string `yaml:"ticket_key_env"`
+	// TicketKey is the key read from TicketKeyEnv (never in the file).
+	TicketKey string `yaml:"-"`
+}
+
+// CORS lists the browser origins allowed to call the REST API.
+type CORS struct {
+	// AllowedOrigins are scheme://host[:port] origins, or "*" for any.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 // Listen holds the listen addresses.
@@ -44,9 +71,21 @@ type Store struct {
 
 // Redis configures the Redis store.
 type Redis struct {
+	// Addr is host:port, or several separated by commas (Cluster).
 	Addr      string `yaml:"addr"`
 	DB        int    `yaml:"db"`
 	KeyPrefix string `yaml:"key_prefix"`
+	// TimeoutMs bounds each Redis call (default 500).
+	TimeoutMs int64 `yaml:"timeout_ms"`
+	// SyncIntervalMs is how often a replica refreshes its local view of the
+	// credential store and, while Redis is unreachable, probes it (default
+	// 1000).
+	SyncIntervalMs int64 `yaml:"sync_interval_ms"`
+	// SecretKeyEnv names an environment variable holding a 16, 24 or
+	// 32-byte key that seals credential secrets in Redis (AES-GCM); every
+	// replica needs the same one. Without it Redis holds them in clear.
+	SecretKeyEnv string `yaml:"secret_key_env"`
+	SecretKey    string `yaml:"-"`
 }
 
 // Retry is the behaviour source's retry group. Unset fields keep the
@@ -87,6 +126,19 @@ type Provider struct {
 	Credentials []Credential      `yaml:"credentials"`
 	TimeoutMs   int64             `yaml:"timeout_ms"`
 	Headers     map[string]string `yaml:"headers"`
+	// AutoRedeem is the default of its credentials' auto_redeem.
+	AutoRedeem bool `yaml:"auto_redeem"`
+	// ReadTimeoutMs bounds the provider's silence: the wait for the
+	// response headers, then between two reads of the stream (0: none).
+	ReadTimeoutMs int64 `yaml:"read_timeout_ms"`
+	// AuthHeader carries the key: x-api-key (anthropic) or Authorization:
+	// Bearer (openai) by default; "api-key" for Azure OpenAI.
+	AuthHeader string `yaml:"auth_header"`
+	// ChainResponses (openai-responses): send only new messages with
+	// previous_response_id (the API stores responses).
+	ChainResponses bool `yaml:"chain_responses"`
+	// MaxTokens (anthropic): max_tokens of every request (default 8192).
+	MaxTokens int `yaml:"max_tokens"`
 	// Simulated provider pacing.
 	FirstTokenDelayMs int64 `yaml:"first_token_delay_ms"`
 	TokenDelayMs      int64 `yaml:"token_delay_ms"`
@@ -98,6 +150,9 @@ type Credential struct {
 	APIKey       string `yaml:"api_key"`
 	APIKeyEnv    string `yaml:"api_key_env"`
 	BankedResets int    `yaml:"banked_resets"`
+	// AutoRedeem lets a usage limit spend one of the credential's banked
+	// resets to unblock it at once (opt-in).
+	AutoRedeem bool `yaml:"auto_redeem"`
 }
 
 // Sessions tunes the session engine.
@@ -161,13 +216,13 @@ func Default() *Config {
 	if os.Getenv("ANTHROPIC_API_KEY") != "" {
 		c.Providers = append(c.Providers, Provider{
 			Name: "anthropic", Kind: provider.KindAnthropic, BaseURL: os.Getenv("ANTHROPIC_BASE_URL"),
-			Credentials: []Credential{{ID: "env", APIKeyEnv: "ANTHROPIC_API_KEY"}},
+			Credentials: []Credential{{ID: "anthropic-env", APIKeyEnv: "ANTHROPIC_API_KEY"}},
 		})
 	}
 	if os.Getenv("OPENAI_API_KEY") != "" {
 		c.Providers = append(c.Providers, Provider{
 			Name: "openai", Kind: provider.KindOpenAIResponses, BaseURL: os.Getenv("OPENAI_BASE_URL"),
-			Credentials: []Credential{{ID: "env", APIKeyEnv: "OPENAI_API_KEY"}},
+			Credentials: []Credential{{ID: "openai-env", APIKeyEnv: "OPENAI_API_KEY"}},
 		})
 	}
 	if err := c.finish(); err != nil {
@@ -212,6 +267,18 @@ func (c *Config) finish() error {
 	if c.Store.Redis.DB < 0 {
 		return fmt.Errorf("config: store.redis.db: must be >= 0, got %d", c.Store.Redis.DB)
 	}
+	if c.Store.Redis.TimeoutMs < 0 || c.Store.Redis.TimeoutMs > 10000 {
+		return fmt.Errorf("config: store.redis.timeout_ms: must be between 0 and 10000, got %d", c.Store.Redis.TimeoutMs)
+	}
+	if c.Store.Redis.SyncIntervalMs < 0 || c.Store.Redis.SyncIntervalMs > 60000 {
+		return fmt.Errorf("config: store.redis.sync_interval_ms: must be between 0 and 60000, got %d", c.Store.Redis.SyncIntervalMs)
+	}
+	if env := c.Store.Redis.SecretKeyEnv; env != "" {
+		c.Store.Redis.SecretKey = os.Getenv(env)
+		if n := len(c.Store.Redis.SecretKey); n != 16 && n != 24 && n != 32 {
+			return fmt.Errorf("config: store.redis.secret_key_env: %s must hold a 16, 24 or 32-byte key, got %d bytes", env, n)
+		}
+	}
 	if c.Sessions.EventBuffer == 0 {
 		c.Sessions.EventBuffer = DefaultEventBuffer
 	}
@@ -234,6 +301,9 @@ func (c *Config) finish() error {
 		return err
 	}
 	if err := c.finishAuth(); err != nil {
+		return err
+	}
+	if err := c.HTTP.finish(); err != nil {
 		return err
 	}
 	if len(c.Auth.Tokens) == 0 {
@@ -281,9 +351,16 @@ func (c *Config) finishProviders() error {
 		if !known {
 			return fmt.Errorf("config: %s.kind: %q is not a provider kind (one of %s)", key, p.Kind, strings.Join(provider.Kinds, ", "))
 		}
-		if p.TimeoutMs < 0 || p.FirstTokenDelayMs < 0 || p.TokenDelayMs < 0 {
-			return fmt.Errorf("config: %s: timeout_ms, first_token_delay_ms and token_delay_ms must be >= 0", key)
+		if p.TimeoutMs < 0 || p.ReadTimeoutMs < 0 || p.FirstTokenDelayMs < 0 || p.TokenDelayMs < 0 || p.MaxTokens < 0 {
+			return fmt.Errorf("config: %s: timeout_ms, read_timeout_ms, max_tokens, first_token_delay_ms and token_delay_ms must be >= 0", key)
 		}
+		if p.BaseURL != "" {
+			u, err := url.Parse(p.BaseURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("config: %s.base_url: %q is not an http(s) URL", key, p.BaseURL)
+			}
+		}
+
 		if p.Kind == provider.KindSimulated && len(p.Models) == 0 {
 			p.Models = []string{"echo", "backup"}
 		}
@@ -433,4 +510,73 @@ func cleanYAMLError(err error) string {
 	})
 	s = strings.ReplaceAll(s, "\n  ", "; ")
 	return strings.TrimSpace(s)
+}
+
+// Defaults of the http section.
+const (
+	DefaultSSEHeartbeatMs = 15000
+	DefaultTicketTTLMs    = 60000
+	MaxTicketTTLMs        = 3600000
+)
+
+func (h *HTTP) finish() error {
+	for i, o := range h.CORS.AllowedOrigins {
+		norm, err := normalizeOrigin(o)
+		if err != nil {
+			return fmt.Errorf("config: http.cors.allowed_origins[%d]: %q %v", i, o, err)
+		}
+		h.CORS.AllowedOrigins[i] = norm
+	}
+	switch {
+	case h.SSEHeartbeatMs == 0:
+		h.SSEHeartbeatMs = DefaultSSEHeartbeatMs
+	case h.SSEHeartbeatMs < 0:
+		return fmt.Errorf("config: http.sse_heartbeat_ms: must be > 0, got %d", h.SSEHeartbeatMs)
+	}
+	switch {
+	case h.TicketTTLMs == 0:
+		h.TicketTTLMs = DefaultTicketTTLMs
+	case h.TicketTTLMs < 0 || h.TicketTTLMs > MaxTicketTTLMs:
+		return fmt.Errorf("config: http.ticket_ttl_ms: must be between 1 and %d, got %d", MaxTicketTTLMs, h.TicketTTLMs)
+	}
+	if h.TicketKeyEnv != "" {
+		h.TicketKey = os.Getenv(h.TicketKeyEnv)
+		if len(h.TicketKey) < 32 {
+			return fmt.Errorf("config: http.ticket_key_env: environment variable %s must hold at least 32 bytes", h.TicketKeyEnv)
+		}
+	}
+	return nil
+}
+
+// normalizeOrigin checks a CORS origin (scheme://host[:port] or "*") and
+// returns it as browsers send it: lower case, without a default port.
+func normalizeOrigin(o string) (string, error) {
+	if o == "*" {
+		return o, nil
+	}
+	u, err := url.Parse(o)
+	switch {
+	case err != nil || u.Scheme == "" || u.Host == "" || u.Opaque != "":
+		return "", errors.New("is not an origin (scheme://host[:port], or \"*\")")
+	case u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || strings.HasSuffix(o, "?") || strings.HasSuffix(o, "#"):
+		return "", errors.New("must be scheme://host[:port] only: no path (not even \"/\"), query or user")
+	}
+	port := u.Port()
+	if u.Hostname() == "" || strings.HasSuffix(u.Host, ":") {
+		return "", errors.New("has no host or an empty port")
+	}
+	hostPart := u.Host
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return "", errors.New("has a bad port")
+		}
+		hostPart = strings.TrimSuffix(u.Host, ":"+port)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	out := scheme + "://" + strings.ToLower(hostPart)
+	if port != "" && !(scheme == "http" && port == "80" || scheme == "https" && port == "443") {
+		out += ":" + port
+	}
+	return out, nil
 }

@@ -129,6 +129,20 @@ type Credential struct {
 // String never prints the secret.
 func (c Credential) String() string { return "credential(" + c.ID + ")" }
 
+// GoString never prints the secret.
+func (c Credential) GoString() string {
+	return fmt.Sprintf("provider.Credential{ID:%q, Secret:<redacted>}", c.ID)
+}
+
+// Format makes every fmt verb print String or GoString, never the secret.
+func (c Credential) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		_, _ = f.Write([]byte(c.GoString()))
+		return
+	}
+	_, _ = f.Write([]byte(c.String()))
+}
+
 // Request is one model call.
 type Request struct {
 	// SessionID identifies the calling session, for providers that keep
@@ -194,6 +208,13 @@ type Result struct {
 // failure is a Result with StopReason StopError.
 type Provider interface {
 	Stream(ctx context.Context, req *Request, onDelta func(Delta)) Result
+}
+
+// Forgetter is implemented by providers that keep per-session state (an
+// OpenAI Responses chain); the session engine calls Forget when a session is
+// deleted.
+type Forgetter interface {
+	Forget(sessionID string)
 }
 
 // HTTPErrorMessage formats a provider's error answer the way every agentd

@@ -47,10 +47,17 @@ func publicMethod(fullMethod string) bool {
 }
 
 func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (context.Context, error) {
-	if len(a.tokens) == 0 || publicMethod(fullMethod) {
+	if publicMethod(fullMethod) {
 		return context.WithValue(ctx, tenantKey{}, LocalTenant), nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
+	// A browser's stream ticket, checked by the HTTP face (see ticket.go).
+	if gctx, ok, err := authenticateGrant(ctx, fullMethod, md); ok {
+		return gctx, err
+	}
+	if len(a.tokens) == 0 {
+		return context.WithValue(ctx, tenantKey{}, LocalTenant), nil
+	}
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
 		return nil, status.Error(codes.Unauthenticated, "missing bearer token (authorization: Bearer <token>)")
@@ -86,7 +93,7 @@ func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if err != nil {
 		return err
 	}
-	return h(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+	return h(srv, withGrantCheck(ss, ctx))
 }
 
 type ctxStream struct {

@@ -37,6 +37,10 @@ func toStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, credstore.ErrReadOnly):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, credstore.ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, credstore.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, credstore.ErrExists):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, session.ErrLimit):
@@ -175,7 +179,7 @@ func eventToProto(e session.Event) *agentdv1.Event {
 	case session.EventAgentStart:
 		out.Payload = &agentdv1.Event_AgentStart{AgentStart: &agentdv1.AgentStart{PromptId: e.PromptID}}
 	case session.EventMessageStart:
-		out.Payload = &agentdv1.Event_MessageStart{MessageStart: &agentdv1.MessageStart{Role: e.Role, Model: e.Model}}
+		out.Payload = &agentdv1.Event_MessageStart{MessageStart: &agentdv1.MessageStart{Role: e.Role, Model: e.Model, CredentialId: e.Credential}}
 	case session.EventMessageUpdate:
 		u := &agentdv1.MessageUpdate{TextDelta: e.TextDelta, ThinkingDelta: e.ThinkingDelta}
 		if d := e.ToolCallDelta; d != nil {

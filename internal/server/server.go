@@ -15,10 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,21 +31,27 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/config"
-	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/anthropic"
+	"github.com/agentd/agentd/internal/provider/openai"
 	"github.com/agentd/agentd/internal/provider/sim"
 	"github.com/agentd/agentd/internal/session"
 )
 
 // Server is a running agentd.
 type Server struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	sessions *session.Manager
-	creds    *credstore.Memory
-	registry *prometheus.Registry
-	now      func() time.Time
+	cfg             *config.Config
+	log             *slog.Logger
+	sessions        *session.Manager
+	creds           credstore.Store
+	redis           redis.UniversalClient
+	cooldowns       cooldownRegistry
+	metrics         *metrics.Metrics
+	metricProviders []string
+	registry        *prometheus.Registry
+	now             func() time.Time
 
 	grpcLis, httpLis net.Listener
 	grpcSrv          *grpc.Server
@@ -82,7 +90,12 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.creds = credstore.NewMemory(s.now)
+	mopts := metricOptions(cfg)
+	s.metricProviders = mopts.Providers
+	s.metrics = metrics.New(s.registry, mopts)
+	if err := s.openStores(context.Background()); err != nil {
+		return nil, err
+	}
 	providers := make([]session.Provider, 0, len(cfg.Providers))
 	providerNames := map[string]bool{}
 	for _, pc := range cfg.Providers {
@@ -92,18 +105,13 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		}
 		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.Models, Client: client})
 		providerNames[pc.Name] = true
-		for _, c := range pc.Credentials {
-			if _, err := s.creds.Add(credstore.Credential{ID: c.ID, Provider: pc.Name, Secret: c.APIKey,
-				Source: credstore.SourceConfig, BankedResets: c.BankedResets}); err != nil {
-				return nil, err
-			}
-		}
 	}
 	s.sessions = session.NewManager(session.Options{
 		Providers:        providers,
 		Retry:            retrySettings,
-		Credentials:      credentialAdapter{s.creds},
-		Cooldowns:        cooldown.NewMemory(s.now),
+		Credentials:      credentialAdapter{store: s.creds, backend: cfg.Store.Backend, metrics: s.metrics},
+		Cooldowns:        s.cooldowns,
+		Observer:         s.metrics,
 		FallbackCooldown: time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,
 		Now:              s.now,
 		EventBuffer:      cfg.Sessions.EventBuffer,
@@ -116,6 +124,11 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "agentd", Name: "sessions_active", Help: "Sessions in the registry.",
 	}, func() float64 { return float64(s.sessions.Count()) }))
+	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "agentd", Name: "event_subscribers", Help: "Readers following sessions' events (Prompt and StreamEvents streams, SSE).",
+	}, func() float64 { return float64(s.sessions.Subscribers()) }))
+	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	s.registry.MustRegister(grpcMetrics)
 
 	tokens := map[string]string{}
 	for _, t := range cfg.Auth.Tokens {
@@ -123,14 +136,15 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	}
 	auth := newAuthenticator(tokens)
 	s.grpcSrv = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(auth.unary),
-		grpc.ChainStreamInterceptor(auth.stream),
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), auth.unary),
+		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), auth.stream),
 	)
 	agentdv1.RegisterAgentServiceServer(s.grpcSrv, &agentService{sessions: s.sessions, done: s.done})
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	reflection.Register(s.grpcSrv)
+	grpcMetrics.InitializeMetrics(s.grpcSrv)
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("listen.grpc: %w", err)
@@ -150,14 +164,26 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 }
 
 func newProviderClient(pc config.Provider) (provider.Provider, error) {
+	timeout := time.Duration(pc.TimeoutMs) * time.Millisecond
+	readTimeout := time.Duration(pc.ReadTimeoutMs) * time.Millisecond
 	switch pc.Kind {
 	case provider.KindSimulated:
 		return simProvider{sim.New(sim.Options{
 			FirstTokenDelay: time.Duration(pc.FirstTokenDelayMs) * time.Millisecond,
 			TokenDelay:      time.Duration(pc.TokenDelayMs) * time.Millisecond,
 		})}, nil
+	case provider.KindAnthropic:
+		return anthropic.New(anthropic.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
+			Headers: pc.Headers, AuthHeader: pc.AuthHeader, MaxTokens: pc.MaxTokens}), nil
+	case provider.KindOpenAIResponses, provider.KindOpenAIChat:
+		api := openai.APIResponses
+		if pc.Kind == provider.KindOpenAIChat {
+			api = openai.APIChat
+		}
+		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
+			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses}), nil
 	default:
-		return nil, fmt.Errorf("provider kind %q is not available in this build yet", pc.Kind)
+		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}
 }
 
@@ -167,14 +193,6 @@ type simProvider struct{ *sim.Provider }
 func (p simProvider) ValidatePrompt(text string) error {
 	_, err := sim.ParseScript(text)
 	return err
-}
-
-// credentialAdapter gives the session engine the credential store.
-type credentialAdapter struct{ *credstore.Memory }
-
-func (a credentialAdapter) UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
-	sw, err := a.Memory.UsageLimited(ctx, providerName, credID, window, fromProvider, reason)
-	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -207,6 +225,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 			}
 			return runtime.DefaultHeaderMatcher(h)
 		}),
+		runtime.WithMetadata(grantMetadata), // stream tickets (web.go)
 	)
 	ctx := context.Background()
 	if err := agentdv1.RegisterAgentServiceHandler(ctx, gw, conn); err != nil {
@@ -216,17 +235,27 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", sseHeaders(gw))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
+	mux.Handle("/v1/", s.webAPI(gw)) // CORS, stream tickets, SSE heartbeats (web.go)
+	mountConsole(mux)
+	mux.Handle("GET /metrics", s.metricsHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
 		}
-		// The memory store is always reachable.
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.creds.Ready(ctx); err != nil {
+			// Degraded: the shared store is unreachable and agentd serves
+			// from its local view. Still ready (every replica would leave
+			// rotation at once otherwise); the body and the
+			// agentd_store_degraded metric say so.
+			fmt.Fprintln(w, "ready (degraded: "+err.Error()+")")
+			return
+		}
 		fmt.Fprintln(w, "ready")
 	})
 	return mux, nil
@@ -285,6 +314,9 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		if err := s.gwConn.Close(); err != nil {
 			errs = append(errs, err)
+		}
+		if err := s.closeStores(); err != nil {
+			errs = append(errs, fmt.Errorf("stores: %w", err))
 		}
 		s.stopErr = errors.Join(errs...)
 		s.log.Info("agentd stopped")

@@ -1035,3 +1035,59 @@ func TestToolLoopOverREST(t *testing.T) {
 		t.Fatalf("results while not waiting = %d", r.StatusCode)
 	}
 }
+
+func TestMetricsAfterRetryChain(t *testing.T) {
+	ts := start(t, "retry: {base_delay_ms: 10}\n")
+	ctx := testCtx(t)
+	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
+	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "[[faults: 529,503,ok]]"})))
+	if evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
+		t.Fatalf("prompt: %s", compact(types(evs)))
+	}
+	collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "[[faults: 400]]"})))
+
+	resp, err := http.Get(ts.baseURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	metrics := map[string]string{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		metrics[line[:i]] = line[i+1:]
+	}
+	for series, want := range map[string]string{
+		`agentd_retry_attempts_total{class="transient",model="sim/echo",provider="sim"}`:                                                "2",
+		`agentd_retry_attempts_total{class="usage_limit",model="sim/echo",provider="sim"}`:                                              "0",
+		`agentd_retry_chains_ended_total{outcome="success"}`:                                                                            "1",
+		`agentd_retry_chains_ended_total{outcome="max_retries"}`:                                                                        "0",
+		`agentd_retry_backoff_seconds_count{class="transient",source="estimate"}`:                                                       "2",
+		`agentd_sessions_in_backoff`:                                                                                                    "0",
+		`agentd_provider_errors_total{class="transient",provider="sim",status="529"}`:                                                   "1",
+		`agentd_provider_errors_total{class="transient",provider="sim",status="503"}`:                                                   "1",
+		`agentd_provider_errors_total{class="not_retryable",provider="sim",status="400"}`:                                               "1",
+		`agentd_prompts_total{outcome="completed"}`:                                                                                     "1",
+		`agentd_prompts_total{outcome="failed"}`:                                                                                        "1",
+		`agentd_prompt_duration_seconds_count{outcome="completed"}`:                                                                     "1",
+		`agentd_provider_request_duration_seconds_count{provider="sim"}`:                                                                "4",
+		`agentd_sessions_active`:                                                                                                        "1",
+		`agentd_model_fallbacks_applied_total{role="default"}`:                                                                          "0",
+		`agentd_credentials_blocked{provider="sim"}`:                                                                                    "0",
+		`agentd_store_degraded`:                                                                                                         "0",
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="CreateSession",grpc_service="agentd.v1.AgentService",grpc_type="unary"}`: "1",
+	} {
+		if got, ok := metrics[series]; !ok || got != want {
+			t.Errorf("%s = %q (present %v), want %s", series, got, ok, want)
+		}
+	}
+	// No label carries a session or prompt id.
+	for series := range metrics {
+		if strings.Contains(series, "ses_") || strings.Contains(series, "prm_") {
+			t.Errorf("unbounded label value in %s", series)
+		}
+	}
+}

@@ -258,7 +258,7 @@ func (a *agentService) SubmitToolResults(ctx context.Context, req *agentdv1.Subm
 // credentialService implements agentd.v1.CredentialService.
 type credentialService struct {
 	agentdv1.UnimplementedCredentialServiceServer
-	store     *credstore.Memory
+	store     credstore.Store
 	providers map[string]bool
 }
 
@@ -275,7 +275,7 @@ func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.
 	case req.GetId() != "" && !credentialIDRe.MatchString(req.GetId()):
 		return nil, invalidArg("id", "%q must match %s", req.GetId(), credentialIDRe)
 	}
-	info, err := c.store.Add(credstore.Credential{
+	info, err := c.store.Add(ctx, credstore.Credential{
 		ID: req.GetId(), Provider: req.GetProvider(), Secret: req.GetSecret(),
 		Source: credstore.SourceAPI, BankedResets: int(req.GetBankedResets()),
 	})
@@ -290,7 +290,11 @@ func (c *credentialService) ListCredentials(ctx context.Context, req *agentdv1.L
 		return nil, invalidArg("provider", "unknown provider %q", p)
 	}
 	resp := &agentdv1.ListCredentialsResponse{}
-	for _, i := range c.store.List(req.GetProvider()) {
+	infos, err := c.store.List(ctx, req.GetProvider())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for _, i := range infos {
 		resp.Credentials = append(resp.Credentials, credentialToProto(i))
 	}
 	return resp, nil
@@ -300,7 +304,7 @@ func (c *credentialService) DeleteCredential(ctx context.Context, req *agentdv1.
 	if req.GetCredentialId() == "" {
 		return nil, invalidArg("credential_id", "is required")
 	}
-	if err := c.store.Delete(req.GetCredentialId()); err != nil {
+	if err := c.store.Delete(ctx, req.GetCredentialId()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &agentdv1.DeleteCredentialResponse{}, nil

@@ -42,6 +42,8 @@ type Event struct {
 	// message_start, message_end, retry_fallback_succeeded.
 	Role  string
 	Model string
+	// message_start: the credential id the call uses.
+	Credential string
 	// message_update.
 	TextDelta     string
 	ThinkingDelta string

@@ -382,6 +382,11 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	s.deleted = true
 	s.mu.Unlock()
 	s.log.close()
+	for _, p := range m.providers {
+		if f, ok := p.Client.(provider.Forgetter); ok {
+			f.Forget(id)
+		}
+	}
 	return m.opts.History.Delete(ctx, id)
 }
 

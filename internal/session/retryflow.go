@@ -15,8 +15,8 @@ const finalCancelled = "Retry cancelled"
 // handleRetryable is the behaviour source's #handleRetryableError, step by
 // step ("Flow", 13 steps). It returns whether the prompt continues with
 // another model call, and otherwise the prompt's final error.
-func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID string, res *provider.Result, v retry.Verdict, allowFallback bool) (bool, string) {
-	msg := &res.Message
+func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID string, t *turn, v retry.Verdict, allowFallback bool) (bool, string) {
+	msg := &t.Message
 	errMsg := msg.ErrorMessage
 	if errMsg == "" {
 		errMsg = "Unknown error"
@@ -60,7 +60,10 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	// 6. A stale Responses replay retries at once, after the provider reset
 	// its cached response state (the provider reports it in ResetState).
 	// 7. A usage limit marks the credential and tries a sibling.
-	if v.Class == retry.ClassUsageLimit && s.m.opts.Credentials != nil && cred.ID != "" {
+	if t.allBlocked {
+		// No credential could be picked: wait for the earliest to free up.
+		sw = CredentialSwitch{HasSibling: true, SiblingFreeIn: t.allBlockedFor}
+	} else if v.Class == retry.ClassUsageLimit && s.m.opts.Credentials != nil && cred.ID != "" {
 		var err error
 		sw, err = s.m.opts.Credentials.UsageLimited(ctx, p.Name, cred.ID, v.UsageWindow, !v.UsageWindowEstimated, errMsg)
 		if err != nil {

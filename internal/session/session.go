@@ -2,11 +2,13 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 )
@@ -317,7 +319,7 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 			s.endChainIfOpen(promptID, ChainNotRetryable, msg.ErrorMessage)
 			return OutcomeFailed, msg.ErrorMessage
 		}
-		cont, final := s.handleRetryable(ctx, gen, promptID, &res, v, allowFallback)
+		cont, final := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback)
 		if !cont {
 			if ctx.Err() != nil {
 				return OutcomeAborted, final
@@ -362,6 +364,10 @@ func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (tur
 type turn struct {
 	provider.Result
 	verdict retry.Verdict
+	// allBlocked: no credential could be picked; allBlockedFor is the time
+	// until the earliest blocked one frees up.
+	allBlocked    bool
+	allBlockedFor time.Duration
 }
 
 func (s *Session) callModel(ctx context.Context, promptID string, call int) turn {
@@ -379,14 +385,23 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	s.streaming = true
 	s.mu.Unlock()
 
-	s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
 	if s.m.opts.Credentials != nil {
 		cred, ok, err := s.m.opts.Credentials.Pick(ctx, p.Name)
 		if err != nil {
-			return s.finishCall(ctx, promptID, model, provider.Result{Message: provider.Message{
+			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
+			t := s.finishCall(ctx, promptID, model, provider.Result{Message: provider.Message{
 				Role: provider.RoleAssistant, StopReason: provider.StopError,
 				ErrorMessage: "no credential available: " + err.Error(),
 			}})
+			var blocked *credstore.AllBlockedError
+			if errors.As(err, &blocked) {
+				// Every sibling is usage-limited: a usage limit whose wait is
+				// the earliest unblock (step 7 without a switch).
+				t.verdict = retry.Verdict{Class: retry.ClassUsageLimit, Retryable: true, Underlying: retry.ClassUsageLimit,
+					UsageWindow: retry.DefaultUsageWindow, UsageWindowEstimated: true, Reason: "every credential is blocked"}
+				t.allBlocked, t.allBlockedFor = true, max(blocked.In, 0)
+			}
+			return t
 		}
 		if ok {
 			req.Credential = cred
@@ -395,6 +410,7 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 			s.mu.Unlock()
 		}
 	}
+	s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model, Credential: req.Credential.ID})
 
 	started := time.Now()
 	var ttft time.Duration

@@ -1346,6 +1346,104 @@ func (*SubmitToolResultsResponse) Descriptor() ([]byte, []int) {
 	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
+type CreateStreamTicketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateStreamTicketRequest) Reset() {
+	*x = CreateStreamTicketRequest{}
+	mi := &file_agentd_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateStreamTicketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateStreamTicketRequest) ProtoMessage() {}
+
+func (x *CreateStreamTicketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentd_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateStreamTicketRequest.ProtoReflect.Descriptor instead.
+func (*CreateStreamTicketRequest) Descriptor() ([]byte, []int) {
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CreateStreamTicketRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type CreateStreamTicketResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque; pass it as the ticket query parameter of the events route.
+	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// The ticket is refused after this time (a stream it opened goes on).
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateStreamTicketResponse) Reset() {
+	*x = CreateStreamTicketResponse{}
+	mi := &file_agentd_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateStreamTicketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateStreamTicketResponse) ProtoMessage() {}
+
+func (x *CreateStreamTicketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentd_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateStreamTicketResponse.ProtoReflect.Descriptor instead.
+func (*CreateStreamTicketResponse) Descriptor() ([]byte, []int) {
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CreateStreamTicketResponse) GetTicket() string {
+	if x != nil {
+		return x.Ticket
+	}
+	return ""
+}
+
+func (x *CreateStreamTicketResponse) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
 // Message is one entry of a session's persisted history.
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1371,7 +1469,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[23]
+	mi := &file_agentd_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1481,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[23]
+	mi := &file_agentd_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1494,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Message) GetIndex() int64 {
@@ -1487,7 +1585,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[24]
+	mi := &file_agentd_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1597,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[24]
+	mi := &file_agentd_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1610,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -1669,7 +1767,14 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisError\"\x1b\n" +
-	"\x19SubmitToolResultsResponse\"\x85\x03\n" +
+	"\x19SubmitToolResultsResponse\":\n" +
+	"\x19CreateStreamTicketRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"q\n" +
+	"\x1aCreateStreamTicketResponse\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12;\n" +
+	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"\x85\x03\n" +
 	"\aMessage\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x03R\x05index\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x121\n" +
@@ -1691,8 +1796,7 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\ttool_name\x18\x04 \x01(\tR\btoolName\x125\n" +
 	"\n" +
 	"tool_input\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\ttoolInput\x12\x19\n" +
-	"\bis_error\x18\x06 \x01(\bR\aisError2\x80\n" +
-	"\n" +
+	"\bis_error\x18\x06 \x01(\bR\aisError2\x97\v\n" +
 	"\fAgentService\x12]\n" +
 	"\rCreateSession\x12\x1f.agentd.v1.CreateSessionRequest\x1a\x12.agentd.v1.Session\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/sessions\x12a\n" +
 	"\n" +
@@ -1706,7 +1810,8 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"AbortRetry\x12\x1c.agentd.v1.AbortRetryRequest\x1a\x1d.agentd.v1.AbortRetryResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/sessions/{session_id}:abortRetry\x12\x82\x01\n" +
 	"\fSetAutoRetry\x12\x1e.agentd.v1.SetAutoRetryRequest\x1a\x1f.agentd.v1.SetAutoRetryResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/sessions/{session_id}:setAutoRetry\x12{\n" +
 	"\fListMessages\x12\x1e.agentd.v1.ListMessagesRequest\x1a\x1f.agentd.v1.ListMessagesResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/sessions/{session_id}/messages\x12\x96\x01\n" +
-	"\x11SubmitToolResults\x12#.agentd.v1.SubmitToolResultsRequest\x1a$.agentd.v1.SubmitToolResultsResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/sessions/{session_id}:submitToolResultsB5Z3github.com/agentd/agentd/api/gen/agentd/v1;agentdv1b\x06proto3"
+	"\x11SubmitToolResults\x12#.agentd.v1.SubmitToolResultsRequest\x1a$.agentd.v1.SubmitToolResultsResponse\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/sessions/{session_id}:submitToolResults\x12\x94\x01\n" +
+	"\x12CreateStreamTicket\x12$.agentd.v1.CreateStreamTicketRequest\x1a%.agentd.v1.CreateStreamTicketResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/sessions/{session_id}:streamTicketB5Z3github.com/agentd/agentd/api/gen/agentd/v1;agentdv1b\x06proto3"
 
 var (
 	file_agentd_v1_agent_proto_rawDescOnce sync.Once
@@ -1720,87 +1825,92 @@ func file_agentd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentd_v1_agent_proto_rawDescData
 }
 
-var file_agentd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_agentd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_agentd_v1_agent_proto_goTypes = []any{
-	(*Session)(nil),                   // 0: agentd.v1.Session
-	(*RetrySettings)(nil),             // 1: agentd.v1.RetrySettings
-	(*ModelChain)(nil),                // 2: agentd.v1.ModelChain
-	(*Tool)(nil),                      // 3: agentd.v1.Tool
-	(*CreateSessionRequest)(nil),      // 4: agentd.v1.CreateSessionRequest
-	(*GetSessionRequest)(nil),         // 5: agentd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),       // 6: agentd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 7: agentd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),      // 8: agentd.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),     // 9: agentd.v1.DeleteSessionResponse
-	(*PromptRequest)(nil),             // 10: agentd.v1.PromptRequest
-	(*StreamEventsRequest)(nil),       // 11: agentd.v1.StreamEventsRequest
-	(*AbortRequest)(nil),              // 12: agentd.v1.AbortRequest
-	(*AbortResponse)(nil),             // 13: agentd.v1.AbortResponse
-	(*AbortRetryRequest)(nil),         // 14: agentd.v1.AbortRetryRequest
-	(*AbortRetryResponse)(nil),        // 15: agentd.v1.AbortRetryResponse
-	(*SetAutoRetryRequest)(nil),       // 16: agentd.v1.SetAutoRetryRequest
-	(*SetAutoRetryResponse)(nil),      // 17: agentd.v1.SetAutoRetryResponse
-	(*ListMessagesRequest)(nil),       // 18: agentd.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),      // 19: agentd.v1.ListMessagesResponse
-	(*SubmitToolResultsRequest)(nil),  // 20: agentd.v1.SubmitToolResultsRequest
-	(*ToolResult)(nil),                // 21: agentd.v1.ToolResult
-	(*SubmitToolResultsResponse)(nil), // 22: agentd.v1.SubmitToolResultsResponse
-	(*Message)(nil),                   // 23: agentd.v1.Message
-	(*ContentBlock)(nil),              // 24: agentd.v1.ContentBlock
-	nil,                               // 25: agentd.v1.RetrySettings.FallbackChainsEntry
-	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
-	(*ToolCall)(nil),                  // 27: agentd.v1.ToolCall
-	(*structpb.Struct)(nil),           // 28: google.protobuf.Struct
-	(*StopDetails)(nil),               // 29: agentd.v1.StopDetails
-	(*ModelChange)(nil),               // 30: agentd.v1.ModelChange
-	(*structpb.Value)(nil),            // 31: google.protobuf.Value
-	(*Event)(nil),                     // 32: agentd.v1.Event
+	(*Session)(nil),                    // 0: agentd.v1.Session
+	(*RetrySettings)(nil),              // 1: agentd.v1.RetrySettings
+	(*ModelChain)(nil),                 // 2: agentd.v1.ModelChain
+	(*Tool)(nil),                       // 3: agentd.v1.Tool
+	(*CreateSessionRequest)(nil),       // 4: agentd.v1.CreateSessionRequest
+	(*GetSessionRequest)(nil),          // 5: agentd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),        // 6: agentd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 7: agentd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),       // 8: agentd.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),      // 9: agentd.v1.DeleteSessionResponse
+	(*PromptRequest)(nil),              // 10: agentd.v1.PromptRequest
+	(*StreamEventsRequest)(nil),        // 11: agentd.v1.StreamEventsRequest
+	(*AbortRequest)(nil),               // 12: agentd.v1.AbortRequest
+	(*AbortResponse)(nil),              // 13: agentd.v1.AbortResponse
+	(*AbortRetryRequest)(nil),          // 14: agentd.v1.AbortRetryRequest
+	(*AbortRetryResponse)(nil),         // 15: agentd.v1.AbortRetryResponse
+	(*SetAutoRetryRequest)(nil),        // 16: agentd.v1.SetAutoRetryRequest
+	(*SetAutoRetryResponse)(nil),       // 17: agentd.v1.SetAutoRetryResponse
+	(*ListMessagesRequest)(nil),        // 18: agentd.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),       // 19: agentd.v1.ListMessagesResponse
+	(*SubmitToolResultsRequest)(nil),   // 20: agentd.v1.SubmitToolResultsRequest
+	(*ToolResult)(nil),                 // 21: agentd.v1.ToolResult
+	(*SubmitToolResultsResponse)(nil),  // 22: agentd.v1.SubmitToolResultsResponse
+	(*CreateStreamTicketRequest)(nil),  // 23: agentd.v1.CreateStreamTicketRequest
+	(*CreateStreamTicketResponse)(nil), // 24: agentd.v1.CreateStreamTicketResponse
+	(*Message)(nil),                    // 25: agentd.v1.Message
+	(*ContentBlock)(nil),               // 26: agentd.v1.ContentBlock
+	nil,                                // 27: agentd.v1.RetrySettings.FallbackChainsEntry
+	(*timestamppb.Timestamp)(nil),      // 28: google.protobuf.Timestamp
+	(*ToolCall)(nil),                   // 29: agentd.v1.ToolCall
+	(*structpb.Struct)(nil),            // 30: google.protobuf.Struct
+	(*StopDetails)(nil),                // 31: agentd.v1.StopDetails
+	(*ModelChange)(nil),                // 32: agentd.v1.ModelChange
+	(*structpb.Value)(nil),             // 33: google.protobuf.Value
+	(*Event)(nil),                      // 34: agentd.v1.Event
 }
 var file_agentd_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: agentd.v1.Session.retry:type_name -> agentd.v1.RetrySettings
 	3,  // 1: agentd.v1.Session.tools:type_name -> agentd.v1.Tool
-	26, // 2: agentd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	27, // 3: agentd.v1.Session.pending_tool_calls:type_name -> agentd.v1.ToolCall
-	25, // 4: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
-	28, // 5: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	28, // 2: agentd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	29, // 3: agentd.v1.Session.pending_tool_calls:type_name -> agentd.v1.ToolCall
+	27, // 4: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
+	30, // 5: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
 	1,  // 6: agentd.v1.CreateSessionRequest.retry:type_name -> agentd.v1.RetrySettings
 	3,  // 7: agentd.v1.CreateSessionRequest.tools:type_name -> agentd.v1.Tool
 	0,  // 8: agentd.v1.ListSessionsResponse.sessions:type_name -> agentd.v1.Session
-	23, // 9: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
+	25, // 9: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
 	21, // 10: agentd.v1.SubmitToolResultsRequest.results:type_name -> agentd.v1.ToolResult
-	24, // 11: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
-	29, // 12: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
-	26, // 13: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
-	30, // 14: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
-	31, // 15: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
-	2,  // 16: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
-	4,  // 17: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
-	5,  // 18: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
-	6,  // 19: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
-	8,  // 20: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
-	10, // 21: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
-	11, // 22: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
-	12, // 23: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
-	14, // 24: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
-	16, // 25: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
-	18, // 26: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
-	20, // 27: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
-	0,  // 28: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
-	0,  // 29: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
-	7,  // 30: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
-	9,  // 31: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
-	32, // 32: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
-	32, // 33: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
-	13, // 34: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
-	15, // 35: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
-	17, // 36: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
-	19, // 37: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
-	22, // 38: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
-	28, // [28:39] is the sub-list for method output_type
-	17, // [17:28] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	28, // 11: agentd.v1.CreateStreamTicketResponse.expire_time:type_name -> google.protobuf.Timestamp
+	26, // 12: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
+	31, // 13: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
+	28, // 14: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
+	32, // 15: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
+	33, // 16: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
+	2,  // 17: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
+	4,  // 18: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
+	5,  // 19: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
+	6,  // 20: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
+	8,  // 21: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
+	10, // 22: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
+	11, // 23: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
+	12, // 24: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
+	14, // 25: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
+	16, // 26: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
+	18, // 27: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
+	20, // 28: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
+	23, // 29: agentd.v1.AgentService.CreateStreamTicket:input_type -> agentd.v1.CreateStreamTicketRequest
+	0,  // 30: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
+	0,  // 31: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
+	7,  // 32: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
+	9,  // 33: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
+	34, // 34: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
+	34, // 35: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
+	13, // 36: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
+	15, // 37: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
+	17, // 38: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
+	19, // 39: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
+	22, // 40: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
+	24, // 41: agentd.v1.AgentService.CreateStreamTicket:output_type -> agentd.v1.CreateStreamTicketResponse
+	30, // [30:42] is the sub-list for method output_type
+	18, // [18:30] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_agentd_v1_agent_proto_init() }
@@ -1816,7 +1926,7 @@ func file_agentd_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentd_v1_agent_proto_rawDesc), len(file_agentd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,17 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_CreateSession_FullMethodName     = "/agentd.v1.AgentService/CreateSession"
-	AgentService_GetSession_FullMethodName        = "/agentd.v1.AgentService/GetSession"
-	AgentService_ListSessions_FullMethodName      = "/agentd.v1.AgentService/ListSessions"
-	AgentService_DeleteSession_FullMethodName     = "/agentd.v1.AgentService/DeleteSession"
-	AgentService_Prompt_FullMethodName            = "/agentd.v1.AgentService/Prompt"
-	AgentService_StreamEvents_FullMethodName      = "/agentd.v1.AgentService/StreamEvents"
-	AgentService_Abort_FullMethodName             = "/agentd.v1.AgentService/Abort"
-	AgentService_AbortRetry_FullMethodName        = "/agentd.v1.AgentService/AbortRetry"
-	AgentService_SetAutoRetry_FullMethodName      = "/agentd.v1.AgentService/SetAutoRetry"
-	AgentService_ListMessages_FullMethodName      = "/agentd.v1.AgentService/ListMessages"
-	AgentService_SubmitToolResults_FullMethodName = "/agentd.v1.AgentService/SubmitToolResults"
+	AgentService_CreateSession_FullMethodName      = "/agentd.v1.AgentService/CreateSession"
+	AgentService_GetSession_FullMethodName         = "/agentd.v1.AgentService/GetSession"
+	AgentService_ListSessions_FullMethodName       = "/agentd.v1.AgentService/ListSessions"
+	AgentService_DeleteSession_FullMethodName      = "/agentd.v1.AgentService/DeleteSession"
+	AgentService_Prompt_FullMethodName             = "/agentd.v1.AgentService/Prompt"
+	AgentService_StreamEvents_FullMethodName       = "/agentd.v1.AgentService/StreamEvents"
+	AgentService_Abort_FullMethodName              = "/agentd.v1.AgentService/Abort"
+	AgentService_AbortRetry_FullMethodName         = "/agentd.v1.AgentService/AbortRetry"
+	AgentService_SetAutoRetry_FullMethodName       = "/agentd.v1.AgentService/SetAutoRetry"
+	AgentService_ListMessages_FullMethodName       = "/agentd.v1.AgentService/ListMessages"
+	AgentService_SubmitToolResults_FullMethodName  = "/agentd.v1.AgentService/SubmitToolResults"
+	AgentService_CreateStreamTicket_FullMethodName = "/agentd.v1.AgentService/CreateStreamTicket"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -70,6 +71,13 @@ type AgentServiceClient interface {
 	// SubmitToolResults delivers the results of the client-executed tool calls
 	// the running prompt waits for.
 	SubmitToolResults(ctx context.Context, in *SubmitToolResultsRequest, opts ...grpc.CallOption) (*SubmitToolResultsResponse, error)
+	// CreateStreamTicket issues a short-lived, read-only ticket for one
+	// session's events, for clients that cannot send an authorization header
+	// (a browser's EventSource): GET /v1/sessions/{session_id}/events?ticket=…
+	// accepts it until expire_time. It is valid for that session and that
+	// route only, and only on the server that issued it unless the servers
+	// share a ticket key (http.ticket_key_env).
+	CreateStreamTicket(ctx context.Context, in *CreateStreamTicketRequest, opts ...grpc.CallOption) (*CreateStreamTicketResponse, error)
 }
 
 type agentServiceClient struct {
@@ -208,6 +216,16 @@ func (c *agentServiceClient) SubmitToolResults(ctx context.Context, in *SubmitTo
 	return out, nil
 }
 
+func (c *agentServiceClient) CreateStreamTicket(ctx context.Context, in *CreateStreamTicketRequest, opts ...grpc.CallOption) (*CreateStreamTicketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateStreamTicketResponse)
+	err := c.cc.Invoke(ctx, AgentService_CreateStreamTicket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -246,6 +264,13 @@ type AgentServiceServer interface {
 	// SubmitToolResults delivers the results of the client-executed tool calls
 	// the running prompt waits for.
 	SubmitToolResults(context.Context, *SubmitToolResultsRequest) (*SubmitToolResultsResponse, error)
+	// CreateStreamTicket issues a short-lived, read-only ticket for one
+	// session's events, for clients that cannot send an authorization header
+	// (a browser's EventSource): GET /v1/sessions/{session_id}/events?ticket=…
+	// accepts it until expire_time. It is valid for that session and that
+	// route only, and only on the server that issued it unless the servers
+	// share a ticket key (http.ticket_key_env).
+	CreateStreamTicket(context.Context, *CreateStreamTicketRequest) (*CreateStreamTicketResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -288,6 +313,9 @@ func (UnimplementedAgentServiceServer) ListMessages(context.Context, *ListMessag
 }
 func (UnimplementedAgentServiceServer) SubmitToolResults(context.Context, *SubmitToolResultsRequest) (*SubmitToolResultsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SubmitToolResults not implemented")
+}
+func (UnimplementedAgentServiceServer) CreateStreamTicket(context.Context, *CreateStreamTicketRequest) (*CreateStreamTicketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateStreamTicket not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -494,6 +522,24 @@ func _AgentService_SubmitToolResults_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_CreateStreamTicket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateStreamTicketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CreateStreamTicket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CreateStreamTicket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CreateStreamTicket(ctx, req.(*CreateStreamTicketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -536,6 +582,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SubmitToolResults",
 			Handler:    _AgentService_SubmitToolResults_Handler,
+		},
+		{
+			MethodName: "CreateStreamTicket",
+			Handler:    _AgentService_CreateStreamTicket_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

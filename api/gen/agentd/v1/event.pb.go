@@ -389,9 +389,12 @@ func (x *AgentStart) GetPromptId() string {
 
 // MessageStart opens one model call's message.
 type MessageStart struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
-	Model         string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Role  string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	Model string                 `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The id of the credential the call uses (never the secret), when the
+	// provider has credentials.
+	CredentialId  string `protobuf:"bytes,3,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -436,6 +439,13 @@ func (x *MessageStart) GetRole() string {
 func (x *MessageStart) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *MessageStart) GetCredentialId() string {
+	if x != nil {
+		return x.CredentialId
 	}
 	return ""
 }
@@ -1318,10 +1328,11 @@ const file_agentd_v1_event_proto_rawDesc = "" +
 	"\apayload\")\n" +
 	"\n" +
 	"AgentStart\x12\x1b\n" +
-	"\tprompt_id\x18\x01 \x01(\tR\bpromptId\"8\n" +
+	"\tprompt_id\x18\x01 \x01(\tR\bpromptId\"]\n" +
 	"\fMessageStart\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x14\n" +
-	"\x05model\x18\x02 \x01(\tR\x05model\"\x97\x01\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x12#\n" +
+	"\rcredential_id\x18\x03 \x01(\tR\fcredentialId\"\x97\x01\n" +
 	"\rMessageUpdate\x12\x1d\n" +
 	"\n" +
 	"text_delta\x18\x01 \x01(\tR\ttextDelta\x12%\n" +

@@ -1,0 +1,379 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// DebugEnv is the environment variable that makes `agentd serve` listen for
+// the bench's debug requests (pprof profiles, heap statistics) on a loopback
+// address; see ServeDebug.
+const DebugEnv = "AGENTD_BENCH_DEBUG_ADDR"
+
+// Proc is a child process of the bench: agentd, the mock provider or
+// redis-server.
+type Proc struct {
+	Name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *lineLog
+}
+
+// PID is the process id.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
+// Sample reads the process's /proc entries.
+func (p *Proc) Sample() ProcSample {
+	s, _ := ReadProc(p.PID())
+	return s
+}
+
+// Stop ends the process: SIGTERM, then SIGKILL after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	if p == nil || p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Tail is the end of the process's output.
+func (p *Proc) Tail() string { return p.log.tail() }
+
+// lineLog keeps the last lines of a process's output and counts lines.
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+	n     atomic.Int64
+}
+
+func (l *lineLog) add(s string) {
+	l.n.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) >= 40 {
+		l.lines = l.lines[1:]
+	}
+	l.lines = append(l.lines, s)
+}
+
+func (l *lineLog) tail() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// start runs cmd, hands each output line to watch (until it returns true)
+// and keeps the last lines; it waits until ready is closed or timeout.
+func start(name string, cmd *exec.Cmd, timeout time.Duration, watch func(line string) bool) (*Proc, error) {
+	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{}), log: &lineLog{}}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		watching := true
+		for sc.Scan() {
+			line := sc.Text()
+			p.log.add(line)
+			if watching && watch(line) {
+				watching = false
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		pw.Close()
+		close(p.done)
+	}()
+	select {
+	case <-ready:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited during start-up:\n%s", name, p.Tail())
+	case <-time.After(timeout):
+		p.Stop(time.Second)
+		return nil, fmt.Errorf("%s not ready after %s:\n%s", name, timeout, p.Tail())
+	}
+}
+
+// Agentd is a running `agentd serve`.
+type Agentd struct {
+	*Proc
+	GRPC, HTTP string // host:port
+	Debug      string // host:port of the debug listener
+	Dir        string
+}
+
+// StartAgentd writes cfg (YAML without listen:) to dir and runs `bin serve`
+// on free loopback ports.
+func StartAgentd(bin, dir, cfg string, env []string) (*Agentd, error) {
+	path := filepath.Join(dir, "agentd.yaml")
+	full := "listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + cfg
+	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", path, "--log-format", "json")
+	cmd.Env = append(append(os.Environ(), DebugEnv+"=127.0.0.1:0"), env...)
+	a := &Agentd{Dir: dir}
+	var mu sync.Mutex
+	p, err := start("agentd", cmd, 30*time.Second, func(line string) bool {
+		var l struct{ Msg, GRPC, HTTP, Addr string }
+		if json.Unmarshal([]byte(line), &l) != nil {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch l.Msg {
+		case "agentd serving":
+			a.GRPC, a.HTTP = l.GRPC, l.HTTP
+		case debugMsg:
+			a.Debug = l.Addr
+		}
+		return a.GRPC != "" && a.Debug != ""
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Proc = p
+	return a, nil
+}
+
+// LogLines is how many lines agentd has logged.
+func (a *Agentd) LogLines() int64 { return a.log.n.Load() }
+
+// MemStats are agentd's Go runtime memory statistics (see ServeDebug).
+type MemStats struct {
+	HeapAlloc  uint64 `json:"heap_alloc"`
+	HeapInuse  uint64 `json:"heap_inuse"`
+	HeapSys    uint64 `json:"heap_sys"`
+	StackInuse uint64 `json:"stack_inuse"`
+	Sys        uint64 `json:"sys"`
+	NumGC      uint32 `json:"num_gc"`
+	Goroutines int    `json:"goroutines"`
+	// Live is HeapAlloc + StackInuse: the bytes the program holds.
+	Live uint64 `json:"live"`
+}
+
+// Mem asks agentd for its memory statistics, after a GC when gc.
+func (a *Agentd) Mem(ctx context.Context, gc bool) (MemStats, error) {
+	var m MemStats
+	u := "http://" + a.Debug + "/debug/bench/mem"
+	if gc {
+		u += "?gc=1"
+	}
+	err := getJSON(ctx, u, &m)
+	return m, err
+}
+
+// Profile fetches a pprof profile (kind "profile" for CPU over seconds,
+// "heap", "goroutine", …) into path.
+func (a *Agentd) Profile(ctx context.Context, kind string, seconds int, path string) error {
+	u := "http://" + a.Debug + "/debug/pprof/" + kind
+	if kind == "profile" {
+		u += "?seconds=" + strconv.Itoa(seconds)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("pprof %s: %s: %s", kind, resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Gauge reads one sample of a Prometheus metric from agentd's /metrics.
+func (a *Agentd) Gauge(ctx context.Context, name string) (float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.HTTP+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, name+" ") {
+			return strconv.ParseFloat(strings.TrimSpace(l[len(name):]), 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+func getJSON(ctx context.Context, u string, v any) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// MockProc is a running `agentd mock-provider`.
+type MockProc struct {
+	*Proc
+	URL string // http://127.0.0.1:port
+}
+
+// StartMock runs `bin mock-provider` on a free loopback port.
+func StartMock(bin string, args ...string) (*MockProc, error) {
+	cmd := exec.Command(bin, append([]string{"mock-provider", "--listen", "127.0.0.1:0"}, args...)...)
+	m := &MockProc{}
+	p, err := start("mock-provider", cmd, 30*time.Second, func(line string) bool {
+		if u, ok := strings.CutPrefix(line, "mock provider listening on "); ok {
+			m.URL = strings.TrimSpace(u)
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Proc = p
+	return m, nil
+}
+
+// Redis is a redis-server of the bench's own.
+type Redis struct {
+	*Proc
+	Addr string
+}
+
+// StartRedis runs redis-server on a free loopback port, keeping nothing on
+// disk (see internal/redistest).
+func StartRedis(dir string) (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New("redis-server is not on PATH")
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--loglevel", "notice")
+	r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	p, err := start("redis-server", cmd, 10*time.Second, func(line string) bool {
+		return strings.Contains(line, "Ready to accept connections")
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.Proc = p
+	return r, nil
+}
+
+// CommandStats returns INFO commandstats: calls per command.
+func (r *Redis) CommandStats() (map[string]int64, error) {
+	c, err := net.DialTimeout("tcp", r.Addr, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "INFO commandstats\r\n"); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(c)
+	head, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return nil, fmt.Errorf("redis INFO: unexpected reply %q", head)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, l := range strings.Split(string(body), "\r\n") {
+		// cmdstat_evalsha:calls=12,usec=…
+		name, rest, ok := strings.Cut(l, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return out, nil
+}
+
+// redisCalls is the number of calls in b not in a, excluding INFO itself.
+func redisCalls(a, b map[string]int64) (total int64, by map[string]int64) {
+	by = map[string]int64{}
+	for k, v := range b {
+		if k == "info" {
+			continue
+		}
+		if d := v - a[k]; d > 0 {
+			by[k] = d
+			total += d
+		}
+	}
+	return total, by
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,287 @@
+// Package credstore keeps providers' credentials and their state: which are
+// blocked by a usage limit and until when, how many banked resets each has,
+// and whose turn it is. It is step 7 of the retry policy
+// (docs: retry-policy-source.txt, reference-notes.md section c): when a
+// credential hits a usage limit, block it and switch to a sibling at once;
+// failing that, spend a banked reset (opt-in); failing that, tell the retry
+// engine when the earliest blocked sibling frees up.
+//
+// Two implementations behave identically (one conformance suite runs
+// against both): [Memory], the embedded default for a single replica, and
+// [Redis], shared by every replica of agentd. Credentials come from the
+// configuration file (Source [SourceConfig]) and from the CredentialService
+// API (Source [SourceAPI]). Secrets are write-only: [Info] has no secret,
+// and a [Credential] never formats its secret.
+//
+// Credential states: available, or blocked until a time with a reason
+// (the provider's error text, sanitised). A block ends by itself when its
+// time passes; a banked reset ends it early. Blocks are kept as the later of
+// the old and the new time, except that a window the provider stated
+// replaces one that agentd only estimated.
+package credstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/agentd/agentd/internal/provider"
+)
+
+// Store is a credential store. Both [Memory] and [Redis] implement it; all
+// methods are safe for concurrent use.
+type Store interface {
+	// Add stores a credential and returns its state; an empty ID gets a
+	// generated one. IDs are unique across providers. Adding a SourceConfig
+	// credential whose ID exists as a SourceConfig credential of the same
+	// provider updates it (secret, auto-redeem, and the banked-reset count
+	// by the change of its configured value) and keeps its state, so every
+	// replica can add its configuration at start. Anything else with an
+	// existing ID is ErrExists.
+	Add(ctx context.Context, c Credential) (Info, error)
+	// Delete removes a credential added through the API: ErrNotFound,
+	// ErrReadOnly for a SourceConfig credential.
+	Delete(ctx context.Context, id string) error
+	// List returns the credentials of providerName (every provider when
+	// empty, by provider name), each provider's in the order they were
+	// added. Infos carry no secret.
+	List(ctx context.Context, providerName string) ([]Info, error)
+	// Pick returns the credential for the next call to providerName,
+	// round-robin among the available ones (the rotation is shared by every
+	// replica of a Redis store), skipping blocked ones. ok is false when the
+	// provider has no credentials. When all are blocked, err is an
+	// *AllBlockedError (errors.Is ErrAllBlocked) that says when the earliest
+	// frees up.
+	Pick(ctx context.Context, providerName string) (c provider.Credential, ok bool, err error)
+	// UsageLimited is step 7 of the retry flow. It blocks credID until now
+	// + window (window ≤ 0: DefaultBlock) with reason, then, in order:
+	// switches to an available sibling (Switched); or, when a blocked
+	// credential of the provider with AutoRedeem has banked resets (credID
+	// first, then the others in order), spends exactly one, unblocks it and
+	// switches to it (Switched, Redeemed); or reports the earliest moment a
+	// blocked sibling frees up (HasSibling, SiblingFreeIn). fromProvider
+	// says window is the provider's own (else agentd's estimate).
+	UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error)
+	// Ready reports whether the store is fully working, for /readyz: nil,
+	// or an error wrapping ErrDegraded that says why (it keeps serving).
+	Ready(ctx context.Context) error
+	// Degraded reports that the store serves from a local view because its
+	// backend is unreachable (always false for Memory).
+	Degraded() bool
+	// Close stops background work. It does not close a Redis client it was
+	// given.
+	Close() error
+}
+
+// Errors of the store. Errors never contain a secret.
+var (
+	ErrNotFound = errors.New("credential not found")
+	ErrExists   = errors.New("credential already exists")
+	ErrReadOnly = errors.New("credential comes from the configuration file")
+	ErrInvalid  = errors.New("invalid credential")
+	// ErrAllBlocked: every credential of the provider is blocked (see
+	// AllBlockedError).
+	ErrAllBlocked = errors.New("every credential is blocked")
+	// ErrUnavailable: the shared store is unreachable and the operation
+	// cannot be served from the local view (adding or deleting an API
+	// credential). Map it to codes.Unavailable.
+	ErrUnavailable = errors.New("credential store unavailable")
+	// ErrDegraded: Ready's error while the shared store is unreachable and
+	// the store serves from its local view. The replica still serves, so
+	// /readyz should report it rather than take the replica out of
+	// rotation (every replica is degraded at once when Redis is down).
+	ErrDegraded = errors.New("credential store degraded")
+)
+
+// AllBlockedError is Pick's error when every credential of Provider is
+// blocked.
+type AllBlockedError struct {
+	Provider string
+	// Until is when the earliest block ends (this replica's clock); In is
+	// the time from the call until then.
+	Until time.Time
+	In    time.Duration
+}
+
+func (e *AllBlockedError) Error() string {
+	return fmt.Sprintf("every credential of provider %q is blocked; the earliest frees up in %s (at %s)",
+		e.Provider, e.In.Round(time.Millisecond), e.Until.UTC().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrAllBlocked) true.
+func (e *AllBlockedError) Is(target error) bool { return target == ErrAllBlocked }
+
+// Sources of a credential.
+const (
+	SourceConfig = "config"
+	SourceAPI    = "api"
+)
+
+// Statuses of a credential.
+const (
+	StatusAvailable = "available"
+	StatusBlocked   = "blocked"
+)
+
+// Block bounds.
+const (
+	// DefaultBlock is the block of a usage limit without a window (the
+	// reference's 60 s).
+	DefaultBlock = time.Minute
+	// MaxBlock caps a block.
+	MaxBlock = 30 * 24 * time.Hour
+	// maxReasonBytes bounds a stored block reason.
+	maxReasonBytes = 256
+)
+
+// Credential is a credential to store. Its secret never appears when it is
+// formatted or logged.
+type Credential struct {
+	ID       string
+	Provider string
+	Secret   string `json:"-"`
+	Source   string // SourceConfig or SourceAPI ("" means SourceAPI)
+	// BankedResets is the number of saved usage-limit resets. For a
+	// SourceConfig credential it is the configured value: the store keeps
+	// the live count (spending decrements it) and applies only changes of
+	// the configured value.
+	BankedResets int
+	// AutoRedeem lets UsageLimited spend a banked reset of this credential
+	// without asking (opt-in).
+	AutoRedeem bool
+}
+
+// String never prints the secret.
+func (c Credential) String() string {
+	return fmt.Sprintf("credential(%s, provider %s, %s)", c.ID, c.Provider, c.Source)
+}
+
+// GoString never prints the secret.
+func (c Credential) GoString() string {
+	return fmt.Sprintf("credstore.Credential{ID:%q, Provider:%q, Secret:<redacted>, Source:%q, BankedResets:%d, AutoRedeem:%t}",
+		c.ID, c.Provider, c.Source, c.BankedResets, c.AutoRedeem)
+}
+
+// Format makes every fmt verb (%v, %+v, %#v, %s, %d, …) print String or
+// GoString, never the secret.
+func (c Credential) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		_, _ = f.Write([]byte(c.GoString()))
+		return
+	}
+	_, _ = f.Write([]byte(c.String()))
+}
+
+// LogValue keeps the secret out of slog.
+func (c Credential) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("id", c.ID), slog.String("provider", c.Provider), slog.String("source", c.Source))
+}
+
+// Info is a credential's state without its secret, as listings show it.
+type Info struct {
+	ID, Provider, Source string
+	Status               string // StatusAvailable or StatusBlocked
+	// BlockedUntil, BlockReason and BlockEstimated are set when blocked.
+	// BlockEstimated: the window was agentd's estimate, not the provider's.
+	BlockedUntil   time.Time
+	BlockReason    string
+	BlockEstimated bool
+	BankedResets   int
+	AutoRedeem     bool
+}
+
+// Switch is the outcome of UsageLimited.
+type Switch struct {
+	// Switched: To is the credential to use now (delay 0).
+	Switched bool
+	To       provider.Credential
+	// Redeemed: the switch spent one banked reset of To (which may be the
+	// credential that hit the limit); BankedLeft is what To has left.
+	Redeemed   bool
+	BankedLeft int
+	// SiblingFreeIn is the time until the earliest blocked sibling frees up,
+	// when HasSibling (the provider has another credential) and not
+	// Switched.
+	SiblingFreeIn time.Duration
+	HasSibling    bool
+}
+
+// normalize validates c and fills in its defaults (ID, Source).
+func normalize(c Credential) (Credential, error) {
+	switch {
+	case c.Provider == "":
+		return c, fmt.Errorf("%w: provider is empty", ErrInvalid)
+	case c.Secret == "":
+		return c, fmt.Errorf("%w: %s: secret is empty", ErrInvalid, c.ID)
+	case c.BankedResets < 0:
+		return c, fmt.Errorf("%w: %s: banked resets %d < 0", ErrInvalid, c.ID, c.BankedResets)
+	case len(c.ID) > 200 || strings.IndexFunc(c.ID, unicode.IsControl) >= 0:
+		return c, fmt.Errorf("%w: id is longer than 200 bytes or has control characters", ErrInvalid)
+	}
+	switch c.Source {
+	case "":
+		c.Source = SourceAPI
+	case SourceConfig, SourceAPI:
+	default:
+		return c, fmt.Errorf("%w: %s: source %q is not %s or %s", ErrInvalid, c.ID, c.Source, SourceConfig, SourceAPI)
+	}
+	if c.ID == "" {
+		c.ID = "cred_" + randomHex(6)
+	}
+	return c, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// normWindow is the block length for window: DefaultBlock when ≤ 0, at most
+// MaxBlock, whole milliseconds (the Redis store's resolution), at least 1 ms.
+func normWindow(window time.Duration) time.Duration {
+	switch {
+	case window <= 0:
+		return DefaultBlock
+	case window > MaxBlock:
+		return MaxBlock
+	case window < time.Millisecond:
+		return time.Millisecond
+	}
+	return window.Truncate(time.Millisecond)
+}
+
+// sanitizeReason makes a block reason safe to store and show: the
+// credential's own secret redacted, valid UTF-8 without control characters,
+// at most maxReasonBytes.
+func sanitizeReason(reason, secret string) string {
+	if len(secret) >= 4 {
+		reason = strings.ReplaceAll(reason, secret, "[redacted]")
+	}
+	reason = strings.ToValidUTF8(reason, "\uFFFD")
+	reason = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, reason)
+	reason = strings.TrimSpace(reason)
+	if len(reason) > maxReasonBytes {
+		cut := maxReasonBytes - len("…")
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
+		}
+		reason = reason[:cut] + "…"
+	}
+	if reason == "" {
+		reason = "usage limit reached"
+	}
+	return reason
+}

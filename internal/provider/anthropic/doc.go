@@ -1,0 +1,91 @@
+// Package anthropic is agentd's client for the Anthropic Messages API
+// (provider kind "anthropic"): one streaming POST /v1/messages per call,
+// reported through the [provider.Provider] contract.
+//
+// # Configuration
+//
+// [Options.BaseURL] is the API root without "/v1", the convention of the
+// Anthropic SDKs and of ANTHROPIC_BASE_URL (default
+// https://api.anthropic.com; a trailing "/v1" is tolerated). The
+// credential's secret goes in x-api-key (or "Authorization: Bearer …" with
+// AuthHeader "Authorization", for gateways and OAuth tokens) and nowhere
+// else; anthropic-version is 2023-06-01 unless Options.Version says
+// otherwise; Options.Headers adds headers (anthropic-beta, a gateway's).
+// Every request asks for max_tokens = Options.MaxTokens, 8192 by default:
+// enough for long answers and tool calls on every current model, and a
+// bound on the cost of a runaway answer. Options.Timeout bounds a whole
+// call, Options.ReadTimeout the provider's silence (from sending the
+// request on).
+//
+// # Requests
+//
+// The system prompt goes in "system", tools in "tools" (input_schema; a
+// tool without a schema gets {"type":"object"}). Messages map as follows
+// (function messages in request.go): user and tool messages are user turns
+// with tool_result blocks, assistant turns carry text, redacted_thinking
+// and tool_use blocks; an assistant message that ended in error or was
+// aborted without content is skipped, and so is a message left without
+// content; consecutive same-role turns are merged so that roles alternate.
+// Thinking blocks are not sent back: Anthropic accepts them only with their
+// signature, which provider.Block cannot hold.
+//
+// # Results
+//
+// Deltas are delivered as they arrive: text_delta as Delta.Text,
+// thinking_delta as Delta.Thinking, a tool_use block's id and name at
+// content_block_start and its input_json_delta pieces as ToolArgsPart.
+// Stop reasons: end_turn, stop_sequence and pause_turn → stop; max_tokens
+// and model_context_window_exceeded → length; tool_use → toolUse; refusal →
+// error with StopDetails "refusal" and "Refusal (<category>):
+// <explanation>" from stop_details. Usage: input tokens include cache
+// reads and writes.
+//
+// Failures are Results with StopReason "error", the provider's wording
+// formatted by [provider.HTTPErrorMessage], and a [provider.Failure]:
+//
+//   - an error answer (any status but 200, or a 200 with a JSON body): its
+//     status, headers, error.type and error.code or error.details.error_code
+//     (Cloudflare's 413 body without a top-level "type", non-JSON bodies and
+//     HTML pages included);
+//   - "event: error" in the stream: status 200, the response's headers and
+//     the event's type;
+//   - a transport failure before the response: status 0 and the Go error's
+//     text (connection refused, reset, TLS errors, timeouts);
+//   - a stream that ends before message_stop: "anthropic stream envelope
+//     error: stream ended before message_start: …" when nothing had
+//     started (a transient failure), else "stream ended before
+//     message_stop: …", with status 200.
+//
+// A failure after observable output carries StopDetails
+// STREAM_INTERRUPTED_AFTER_CONTENT; the content keeps what streamed, minus
+// tool calls whose input never completed. A cancelled context ends the call
+// with StopReason "aborted" and [provider.AbortedMessage], keeping the
+// partial content. Error texts are redacted of the key and of anything
+// key-shaped a provider echoes.
+//
+// # Why no SDK
+//
+// The client is a small hand-written SSE client (shared with package
+// openai: package internal/provider/internal/wire) rather than
+// anthropic-sdk-go:
+//
+//   - the SDK cannot tell a stream cut cleanly before message_stop from a
+//     complete one (its decoder ends without error at EOF), while agentd
+//     must report the cut, and whether message_start had arrived;
+//   - agentd needs every failure with the raw status, headers, error.type
+//     and details.error_code, its own timeouts (whole call and silence)
+//     and observable-output tracking at each byte; with the SDK most of
+//     that means re-parsing its errors' raw JSON;
+//   - the SDK's default options read ANTHROPIC_API_KEY,
+//     ANTHROPIC_AUTH_TOKEN and ANTHROPIC_BASE_URL from the environment, so
+//     a request could carry a second secret, or go elsewhere, than the
+//     configured credential and base_url;
+//   - the wire format is small and stable, and the package has no
+//     dependency to keep in step with API versions.
+//
+// The HTTP client never follows redirects (Go strips Authorization on a
+// cross-host redirect, but not x-api-key). Stream starts no goroutine that
+// outlives it; the response body is closed on every path (read to its end
+// after the terminal event, so that the connection is reused), and a
+// cancelled context closes the connection.
+package anthropic

@@ -1,0 +1,151 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/agentd/agentd/internal/provider"
+)
+
+// Limits of error answers.
+const (
+	maxErrorBody = 1 << 20 // error bodies are read up to this size
+	maxErrorText = 8 << 10 // longest provider wording kept in an error message
+)
+
+// APIError is a provider error object.
+type APIError struct {
+	Type, Code, Message string
+}
+
+// text formats e for a status as every client reports it; an error with a
+// code but no type (OpenAI's flat shapes) shows its code instead.
+func (e APIError) text(status int) string {
+	typ := e.Type
+	if typ == "" {
+		typ = e.Code
+	}
+	// A text body that starts with the status ("502 Bad Gateway") is not
+	// to be prefixed with it twice.
+	msg := strings.TrimPrefix(e.Message, strconv.Itoa(status)+" ")
+	return provider.HTTPErrorMessage(status, typ, truncate(msg, maxErrorText))
+}
+
+// ErrorObject is the JSON of an error object in every shape met: Anthropic
+// {"type","message","details":{"error_code"}}, OpenAI {"message","type",
+// "param","code"} where code may be a string, a number or null.
+type ErrorObject struct {
+	Type    string          `json:"type"`
+	Message string          `json:"message"`
+	Code    json.RawMessage `json:"code"`
+	Details struct {
+		ErrorCode string `json:"error_code"`
+	} `json:"details"`
+}
+
+// APIError is the error o describes; its code is the code field's value
+// (a number's text), else details.error_code.
+func (o ErrorObject) APIError() APIError {
+	e := APIError{Type: o.Type, Message: o.Message, Code: jsonScalar(o.Code)}
+	if e.Code == "" {
+		e.Code = o.Details.ErrorCode
+	}
+	return e
+}
+
+// jsonScalar is a JSON string's value, a number's text, "" for null.
+func jsonScalar(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String()
+	}
+	return ""
+}
+
+// ParseErrorBody reads an error body: {"error": {…}} (with or without a
+// top-level "type":"error"), {"error": "text"}, a bare error object, FastAPI's
+// {"detail": "…"}, a one-element array of those; anything else is text (an
+// HTML page is its <title>).
+func ParseErrorBody(body []byte) APIError {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '[' {
+		var list []json.RawMessage
+		if json.Unmarshal(body, &list) == nil && len(list) > 0 {
+			body = list[0]
+		}
+	}
+	var env struct {
+		Error  json.RawMessage `json:"error"`
+		Detail json.RawMessage `json:"detail"`
+		ErrorObject
+	}
+	if len(body) > 0 && body[0] == '{' && json.Unmarshal(body, &env) == nil {
+		var o ErrorObject
+		var s string
+		switch {
+		case len(env.Error) > 0 && json.Unmarshal(env.Error, &o) == nil && (o.Message != "" || o.Type != "" || len(o.Code) > 0):
+			return o.APIError()
+		case len(env.Error) > 0 && json.Unmarshal(env.Error, &s) == nil:
+			return APIError{Message: s}
+		case env.Message != "":
+			e := env.ErrorObject.APIError()
+			if e.Type == "error" {
+				e.Type = ""
+			}
+			return e
+		case len(env.Detail) > 0:
+			if json.Unmarshal(env.Detail, &s) == nil {
+				return APIError{Message: s}
+			}
+			return APIError{Message: string(env.Detail)}
+		}
+	}
+	return APIError{Message: plainText(body)}
+}
+
+var (
+	titleRE = regexp.MustCompile(`(?is)<title[^>]*>(.*?)</title>`)
+	spaceRE = regexp.MustCompile(`\s+`)
+)
+
+// plainText is a non-JSON body as one line: an HTML page's title, else the
+// text with its whitespace collapsed, at most 512 bytes.
+func plainText(body []byte) string {
+	s := string(body)
+	lower := strings.ToLower(s)
+	if strings.Contains(lower, "<html") || strings.Contains(lower, "<!doctype") {
+		s = ""
+		if m := titleRE.FindStringSubmatch(string(body)); m != nil {
+			s = m[1]
+		}
+	}
+	return truncate(strings.TrimSpace(spaceRE.ReplaceAllString(s, " ")), 512)
+}
+
+// truncate cuts s to at most n bytes (plus an ellipsis) at a rune boundary,
+// and makes it valid UTF-8.
+func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// readErrorBody reads an error answer's body (bounded) and parses it.
+func readErrorBody(r io.Reader) (APIError, error) {
+	body, err := io.ReadAll(io.LimitReader(r, maxErrorBody))
+	return ParseErrorBody(body), err
+}

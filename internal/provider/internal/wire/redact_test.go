@@ -1,0 +1,32 @@
+package wire
+
+import (
+	"testing"
+)
+
+func TestRedact(t *testing.T) {
+	const key = "sk-proj-Abc123Def456Ghi789Jkl012Mno345"
+	for _, tc := range []struct{ in, want string }{
+		{"Incorrect API key provided: sk-proj-********************************o345. You can find your API key at https://platform.openai.com/account/api-keys.",
+			"Incorrect API key provided: [REDACTED]. You can find your API key at https://platform.openai.com/account/api-keys."},
+		{"Incorrect API key provided: sk-abc12***************************wxyz.", "Incorrect API key provided: [REDACTED]."},
+		{"key " + key + " is bad", "key [REDACTED] is bad"},
+		{"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.abc rejected", "Authorization: Bearer [REDACTED] rejected"},
+		{"prefix Abc123Def456 of the key", "prefix [REDACTED] of the key"},
+		{"a key ending Mno345 (short piece)", "a key ending Mno345 (short piece)"},
+		{"sk-ant-api03-zzzzzzzzzzzzzzzzzzzzzz from someone else", "[REDACTED] from someone else"},
+		// Ordinary wordings are left alone.
+		{"Rate limit reached for gpt-4 in organization org-uVqpjtJiKqvVJMVfvpaounIh on tokens per min (TPM): Limit 10000, Used 8554, Requested 3082. Please try again in 9.816s.",
+			"Rate limit reached for gpt-4 in organization org-uVqpjtJiKqvVJMVfvpaounIh on tokens per min (TPM): Limit 10000, Used 8554, Requested 3082. Please try again in 9.816s."},
+		{"Previous response with id 'resp_abc' not found.", "Previous response with id 'resp_abc' not found."},
+		{"prompt is too long: 205351 tokens > 200000 maximum", "prompt is too long: 205351 tokens > 200000 maximum"},
+		{"task-runner risk-assessment", "task-runner risk-assessment"},
+	} {
+		if got := redact(tc.in, key); got != tc.want {
+			t.Errorf("redact(%q) =\n%q\nwant\n%q", tc.in, got, tc.want)
+		}
+	}
+	if got := redact("short abc", "abc"); got != "short abc" {
+		t.Errorf("a secret under 8 bytes is not searched for: %q", got)
+	}
+}

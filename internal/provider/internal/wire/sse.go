@@ -1,0 +1,96 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// maxLine is the longest server-sent event line accepted.
+const maxLine = 16 << 20
+
+// Event is one dispatched server-sent event.
+type Event struct {
+	Type string // the event: field; "" when the event has none
+	Data []byte // the data: lines joined by "\n"
+}
+
+// sseReader reads server-sent events (text/event-stream) with a bounded
+// line length. It reads nothing ahead of the event it returns but what
+// bufio buffers, and starts no goroutine.
+type sseReader struct {
+	r    *bufio.Reader
+	line []byte
+}
+
+func newSSEReader(r io.Reader) *sseReader {
+	return &sseReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// next returns the next event with data. At the end of the body it returns
+// io.EOF when no event was in progress, io.ErrUnexpectedEOF when one was
+// cut; other errors are the body's.
+func (s *sseReader) next() (Event, error) {
+	var ev Event
+	var data []byte
+	started, hasData := false, false
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			if errors.Is(err, io.EOF) && started {
+				err = io.ErrUnexpectedEOF
+			}
+			return Event{}, err
+		}
+		if len(line) == 0 {
+			if hasData {
+				ev.Data = data
+				return ev, nil
+			}
+			ev, started = Event{}, false // an event without data is not dispatched
+			continue
+		}
+		started = true
+		if line[0] == ':' { // comment
+			continue
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(name) {
+		case "event":
+			ev.Type = string(value)
+		case "data":
+			if hasData {
+				data = append(data, '\n')
+			}
+			data = append(data, value...)
+			hasData = true
+		}
+	}
+}
+
+// readLine returns the next line without its line ending (\n or \r\n). A
+// partial line at the end of the body is io.ErrUnexpectedEOF.
+func (s *sseReader) readLine() ([]byte, error) {
+	s.line = s.line[:0]
+	for {
+		frag, err := s.r.ReadSlice('\n')
+		if len(s.line)+len(frag) > maxLine {
+			return nil, fmt.Errorf("server-sent event line longer than %d bytes", maxLine)
+		}
+		s.line = append(s.line, frag...)
+		switch {
+		case err == nil:
+			line := s.line[:len(s.line)-1]
+			return bytes.TrimSuffix(line, []byte("\r")), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(s.line) > 0:
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}

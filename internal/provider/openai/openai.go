@@ -1,0 +1,177 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/internal/wire"
+)
+
+// APIs a Client speaks.
+const (
+	APIResponses = "responses" // provider kind openai-responses
+	APIChat      = "chat"      // provider kind openai-chat
+)
+
+// Defaults.
+const (
+	DefaultBaseURL        = "https://api.openai.com/v1"
+	DefaultChainCacheSize = 1024
+)
+
+// Options configure a Client.
+type Options struct {
+	// API is APIResponses (the default) or APIChat; the provider kind names
+	// "openai-responses" and "openai-chat" are accepted too.
+	API string
+	// BaseURL is the API root including its version path, as in the OpenAI
+	// SDKs and OPENAI_BASE_URL: requests go to BaseURL+"/responses" or
+	// BaseURL+"/chat/completions". A URL with no path at all gets "/v1"
+	// ("http://127.0.0.1:8000" means "http://127.0.0.1:8000/v1"); a URL
+	// that already ends in the endpoint is used as is; a query string is
+	// kept (Azure's "?api-version=…"). Empty: DefaultBaseURL.
+	BaseURL string
+	// Timeout bounds a whole call, stream included; 0: none beyond the
+	// caller's context.
+	Timeout time.Duration
+	// ReadTimeout bounds the silence of the provider: the wait for the
+	// response headers and then between two reads of the stream; 0: none.
+	ReadTimeout time.Duration
+	// Headers are added to every request (OpenAI-Organization,
+	// OpenAI-Project, a gateway's headers); never the credential's header.
+	Headers map[string]string
+	// AuthHeader is the header that carries the credential's secret:
+	// "Authorization" ("Bearer <secret>") when empty; Azure OpenAI takes
+	// "api-key" (the raw secret).
+	AuthHeader string
+	// HTTPClient, when set, sends the requests (its redirect policy is
+	// replaced: redirects are never followed). Nil: a client with a
+	// transport of its own.
+	HTTPClient *http.Client
+
+	// ChainResponses (Responses API only) stores responses (store: true)
+	// and chains a session's calls with previous_response_id, sending only
+	// the messages the previous response does not cover. Off: every call
+	// sends the whole context with store: false.
+	ChainResponses bool
+	// ChatNoStreamOptions (Chat API only) leaves out stream_options
+	// ({"include_usage": true}), for servers that reject it (Azure OpenAI
+	// before api-version 2024-09-01-preview, some compatible servers); the
+	// result then has no usage unless the server sends it anyway.
+	ChatNoStreamOptions bool
+
+	// ChainCacheSize bounds the sessions whose last response is remembered
+	// (least recently used first out); 0: DefaultChainCacheSize.
+	ChainCacheSize int
+}
+
+// Client calls the OpenAI Responses or Chat Completions API (or an
+// OpenAI-compatible server). It is safe for concurrent use.
+type Client struct {
+	opts   Options
+	api    string
+	url    string
+	client *http.Client
+	chain  *chainCache
+}
+
+var _ provider.Provider = (*Client)(nil)
+
+// New returns a client for opts.
+func New(opts Options) *Client {
+	api := opts.API
+	switch api {
+	case "", provider.KindOpenAIResponses:
+		api = APIResponses
+	case provider.KindOpenAIChat:
+		api = APIChat
+	}
+	if opts.AuthHeader == "" {
+		opts.AuthHeader = "Authorization"
+	}
+	if opts.ChainCacheSize <= 0 {
+		opts.ChainCacheSize = DefaultChainCacheSize
+	}
+	c := &Client{opts: opts, api: api, client: wire.NewHTTPClient(opts.HTTPClient)}
+	switch api {
+	case APIResponses:
+		c.url = endpoint(opts.BaseURL, "/responses")
+		if opts.ChainResponses {
+			c.chain = newChainCache(opts.ChainCacheSize)
+		}
+	case APIChat:
+		c.url = endpoint(opts.BaseURL, "/chat/completions")
+	}
+	return c
+}
+
+// endpoint is the URL of an endpoint under base (see Options.BaseURL).
+func endpoint(base, path string) string {
+	base = strings.TrimSpace(base)
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return strings.TrimRight(base, "/") + path
+	}
+	p := strings.TrimRight(u.Path, "/")
+	switch {
+	case strings.HasSuffix(p, path):
+	case p == "":
+		p = "/v1" + path
+	default:
+		p += path
+	}
+	u.Path, u.RawPath = p, ""
+	return u.String()
+}
+
+// URL is the endpoint the client posts to ("" for an unknown API).
+func (c *Client) URL() string { return c.url }
+
+// CloseIdleConnections closes the idle connections of the client's
+// transport.
+func (c *Client) CloseIdleConnections() { c.client.CloseIdleConnections() }
+
+// Forget drops what the client remembers of a session (its last response
+// id, with ChainResponses): the session's next call sends its whole
+// context. Call it when a session is deleted.
+func (c *Client) Forget(sessionID string) {
+	if c.chain != nil {
+		c.chain.remove(sessionID)
+	}
+}
+
+// Stream makes one streaming call. It returns when the stream ends, fails
+// or ctx is done, delivers deltas through onDelta from the calling
+// goroutine as they arrive, and starts no goroutine that outlives it.
+func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func(provider.Delta)) provider.Result {
+	a := wire.NewAcc(req.Model, req.Credential.Secret, onDelta)
+	switch c.api {
+	case APIResponses:
+		return c.streamResponses(ctx, req, a)
+	case APIChat:
+		return c.streamChat(ctx, req, a)
+	}
+	return a.Fail("openai: unknown API "+jsonQuote(c.api)+` (want "responses" or "chat")`, "", nil)
+}
+
+// newRequest builds the POST of body with the client's headers.
+func (c *Client) newRequest(req *provider.Request, body any) (*http.Request, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	return wire.NewRequest(c.url, b, c.opts.AuthHeader, req.Credential.Secret, c.opts.Headers)
+}
+
+func jsonQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

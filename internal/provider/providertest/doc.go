@@ -1,0 +1,59 @@
+// Package providertest is a fake LLM provider: an [http.Handler] (and a
+// loopback [Server]) that speaks the streaming wire formats of the three
+// provider kinds agentd calls — Anthropic Messages, OpenAI Responses and
+// OpenAI Chat Completions — byte for byte as the spec's wire-formats.md
+// quotes them, and plays a scripted fault per request. agentd's provider
+// client tests use it over real loopback HTTP; so can end-to-end tests, a
+// mock-provider command and load tests (pacing is configurable).
+//
+// # Routes
+//
+// POST …/messages, …/responses and …/chat/completions, under any prefix
+// ("/v1/messages", "/openai/v1/responses"). Every answer carries a request
+// id header (request-id for Anthropic, x-request-id for OpenAI).
+//
+// # Steps
+//
+// Each request plays one [Step]: the next one queued with
+// [Handler.Enqueue], else the one [Options.Script] returns for it, else the
+// default answer. A step either streams an [Answer] (text, thinking and
+// tool-call deltas, a stop reason, usage) or fails:
+//
+//	StepOK          the whole stream, terminal event included
+//	StepHTTPError   Status with Body (default: the kind's canonical body,
+//	                see [Body]) and Headers (retry-after, rate limits, …);
+//	                with status 200 and a text/event-stream body, a
+//	                hand-written stream
+//	StepErrorEvent  a 200 stream, After body frames, then the kind's
+//	                mid-stream error (Anthropic "event: error", Chat
+//	                "data: {"error": …}", Responses "error" nested or flat,
+//	                or response.failed; see ErrorShape, ThenFailed)
+//	StepCut         a 200 stream, After body frames, then a clean end of the
+//	                body without the terminal event (SkipPreamble: right
+//	                after the headers, e.g. EOF before message_start)
+//	StepReset       a TCP reset (RST) before any byte (BeforeHeaders) or
+//	                after After body frames
+//	StepHang        no more bytes until the client goes away, before the
+//	                headers (BeforeHeaders) or after After body frames
+//
+// A stream is a lifecycle preamble (Anthropic message_start; Responses
+// response.created and response.in_progress; Chat the role chunk), body
+// frames (content blocks, deltas, items, the stop), and terminal frames
+// (message_stop; response.completed or response.incomplete; data: [DONE]).
+// After counts body frames; [AllFrames] sends them all, so a cut then lacks
+// only the terminal frames. Hold pauses a stream after HoldAfter body
+// frames until a channel is closed, so that a test can see deltas arrive
+// before the stream ends.
+//
+// # Recording
+//
+// Every request is recorded ([Handler.Requests], [Handler.WaitRequests]):
+// path, headers, body, the step played, and whether the client went away
+// before the answer was over (ClientGone) — the evidence that a cancelled
+// call closed its connection.
+//
+// Everything is deterministic: ids derive from the request's index, times
+// are fixed, and nothing waits on the clock but the configured pacing
+// (Options.Delay, Options.ChunkDelay, Step.Delay) and the hangs, which end
+// when the client goes away or the handler is closed.
+package providertest

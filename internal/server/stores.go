@@ -1,0 +1,180 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/cooldown"
+	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/metrics"
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/session"
+)
+
+// openStores builds the credential store the configuration asks for and
+// adds the configured credentials to it.
+func (s *Server) openStores(ctx context.Context) error {
+	cfg := s.cfg
+	switch cfg.Store.Backend {
+	case "redis":
+		r := cfg.Store.Redis
+		timeout := time.Duration(r.TimeoutMs) * time.Millisecond
+		s.redis = redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{
+			Addrs: strings.Split(r.Addr, ","),
+			DB:    r.DB,
+		}, timeout))
+		st, err := credstore.NewRedis(s.redis, credstore.RedisOptions{
+			KeyPrefix:    r.KeyPrefix,
+			Timeout:      timeout,
+			SyncInterval: time.Duration(r.SyncIntervalMs) * time.Millisecond,
+			SecretKey:    []byte(r.SecretKey),
+			Logger:       s.log,
+		})
+		if err != nil {
+			s.redis.Close()
+			return fmt.Errorf("store.redis: %w", err)
+		}
+		s.creds = st
+		s.cooldowns = cooldown.NewRedis(s.redis, r.KeyPrefix, s.now)
+	default:
+		s.creds = credstore.NewMemory(credstore.MemoryOptions{Now: s.now})
+		s.cooldowns = cooldown.NewMemory(s.now)
+	}
+	for _, pc := range cfg.Providers {
+		for _, c := range pc.Credentials {
+			if _, err := s.creds.Add(ctx, credstore.Credential{ID: c.ID, Provider: pc.Name, Secret: c.APIKey,
+				Source: credstore.SourceConfig, BankedResets: c.BankedResets, AutoRedeem: c.AutoRedeem || pc.AutoRedeem}); err != nil {
+				return fmt.Errorf("providers %s: credential %s: %w", pc.Name, c.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// cooldownRegistry is the model cooldown registry: in memory, or shared
+// through Redis.
+type cooldownRegistry interface {
+	session.Cooldowns
+	Active(ctx context.Context) (map[string]time.Time, error)
+}
+
+// closeStores stops the stores' background work and closes the Redis client.
+func (s *Server) closeStores() error {
+	var err error
+	if s.creds != nil {
+		err = s.creds.Close()
+	}
+	if s.redis != nil {
+		if cerr := s.redis.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// credentialAdapter gives the session engine the credential store, and
+// counts what it does.
+type credentialAdapter struct {
+	store   credstore.Store
+	backend string
+	metrics *metrics.Metrics
+}
+
+func (a credentialAdapter) Pick(ctx context.Context, providerName string) (c provider.Credential, ok bool, err error) {
+	c, ok, err = a.store.Pick(ctx, providerName)
+	a.metrics.StoreOp(a.backend, "pick", ignoreAllBlocked(err))
+	return c, ok, err
+}
+
+func (a credentialAdapter) UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
+	sw, err := a.store.UsageLimited(ctx, providerName, credID, window, fromProvider, reason)
+	a.metrics.StoreOp(a.backend, "block", err)
+	if err == nil {
+		why := "estimate"
+		if fromProvider {
+			why = "hint"
+		}
+		a.metrics.CredentialBlocked(providerName, why)
+		if sw.Redeemed {
+			a.metrics.BankedResetRedeemed(providerName)
+		}
+	}
+	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
+}
+
+// ignoreAllBlocked: every credential being blocked is an answer, not a
+// store failure.
+func ignoreAllBlocked(err error) error {
+	if errors.Is(err, credstore.ErrAllBlocked) {
+		return nil
+	}
+	return err
+}
+
+// refreshGauges sets the gauges read from the stores; it runs before each
+// scrape.
+func (s *Server) refreshGauges(ctx context.Context) {
+	infos, err := s.creds.List(ctx, "")
+	if err == nil {
+		total := map[string]int{}
+		blocked := map[string]int{}
+		for _, i := range infos {
+			total[i.Provider]++
+			if i.Status == credstore.StatusBlocked {
+				blocked[i.Provider]++
+			}
+		}
+		for _, p := range s.metricProviders {
+			s.metrics.Credentials.WithLabelValues(p).Set(float64(total[p]))
+			s.metrics.CredentialsBlocked.WithLabelValues(p).Set(float64(blocked[p]))
+		}
+	}
+	if active, err := s.cooldowns.Active(ctx); err == nil {
+		s.metrics.ModelsInCooldown.Set(float64(len(active)))
+	}
+	degraded := 0.0
+	if s.creds.Degraded() {
+		degraded = 1
+	}
+	s.metrics.StoreDegraded.Set(degraded)
+}
+
+// metricsHandler refreshes the store gauges, then serves the registry.
+func (s *Server) metricsHandler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		s.refreshGauges(ctx)
+		cancel()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// metricOptions are the closed label sets of the configuration.
+func metricOptions(cfg *config.Config) metrics.Options {
+	var o metrics.Options
+	for _, p := range cfg.Providers {
+		o.Providers = append(o.Providers, p.Name)
+		for _, m := range p.Models {
+			o.Models = append(o.Models, p.Name+"/"+m)
+		}
+	}
+	for role, chain := range cfg.Retry.FallbackChains {
+		o.Roles = append(o.Roles, role)
+		for _, m := range chain {
+			if !slices.Contains(o.Models, m) {
+				o.Models = append(o.Models, m)
+			}
+		}
+	}
+	slices.Sort(o.Roles)
+	o.Backends = []string{cfg.Store.Backend}
+	return o
+}

@@ -1,0 +1,493 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+)
+
+// The HTTP face for web frontends, around the gateway:
+//
+//   - CORS for the origins of http.cors.allowed_origins (preflights answered
+//     here, for every REST route);
+//   - stream tickets on GET /v1/sessions/{id}/events (?ticket=, see
+//     ticket.go); a ticket on any other route is UNAUTHENTICATED;
+//   - a reconnecting EventSource's Last-Event-ID wins over the afterSeq of
+//     the URL it reconnects to;
+//   - POST /v1/sessions/{id}:prompt with Accept: application/json (or
+//     ?stream=false) answers once the prompt is accepted;
+//   - SSE responses get a ": ping" comment after http.sse_heartbeat_ms of
+//     silence;
+//   - the console, static files under /console/.
+
+// corsAllowHeaders are the request headers the JSON and SSE routes need.
+const corsAllowHeaders = "Authorization, Content-Type, Accept, Last-Event-ID, Cache-Control"
+
+type webAPI struct {
+	gw        *runtime.ServeMux
+	conn      grpc.ClientConnInterface
+	json      runtime.Marshaler
+	tickets   *ticketAuthority
+	heartbeat time.Duration
+	anyOrigin bool
+	origins   map[string]bool
+	next      http.Handler // the gateway, SSE headers set
+}
+
+// webAPI wraps the gateway gw for browsers.
+func (s *Server) webAPI(gw *runtime.ServeMux) http.Handler {
+	hc := s.cfg.HTTP
+	tickets := newTicketAuthority(hc.TicketKey, time.Duration(hc.TicketTTLMs)*time.Millisecond, s.now)
+	registerTicketAuthority(s.sessions, tickets)
+	_, jsonOut := runtime.MarshalerForRequest(gw, &http.Request{Header: http.Header{}})
+	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: tickets,
+		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{}}
+	for _, o := range hc.CORS.AllowedOrigins {
+		if o == "*" {
+			a.anyOrigin = true
+		}
+		a.origins[o] = true
+	}
+	a.next = sseHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if wantsSSE(r) {
+			hw := newHeartbeatWriter(w, a.heartbeat)
+			defer hw.finish()
+			w = hw
+		}
+		gw.ServeHTTP(w, r)
+	}))
+	return a
+}
+
+// grantMetadata is the gateway's metadata annotator: it hands the gRPC call
+// the grant of a checked stream ticket.
+func grantMetadata(_ context.Context, r *http.Request) metadata.MD {
+	if g, ok := r.Context().Value(grantCtxKey{}).(string); ok {
+		return metadata.Pairs(streamGrantKey, g)
+	}
+	return nil
+}
+
+type grantCtxKey struct{}
+
+func (a *webAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.cors(w, r) {
+		return
+	}
+	// Only this handler hands out grants.
+	for k := range r.Header {
+		if strings.HasSuffix(strings.ToLower(k), streamGrantKey) {
+			r.Header.Del(k)
+		}
+	}
+	eventsID, isEvents := sessionRoute(r.URL.Path, "/events")
+	isEvents = isEvents && r.Method == http.MethodGet
+	q := r.URL.Query()
+	if q.Has("ticket") {
+		if !isEvents {
+			a.fail(w, r, status.Error(codes.Unauthenticated, "a stream ticket is accepted only on GET /v1/sessions/{session_id}/events"))
+			return
+		}
+		tenant, err := a.tickets.verify(ticketParam(q), eventsID)
+		if err != nil {
+			a.fail(w, r, status.Error(codes.Unauthenticated, err.Error()))
+			return
+		}
+		q.Del("ticket")
+		r = withQuery(r.WithContext(context.WithValue(r.Context(), grantCtxKey{}, makeGrant(tenant, eventsID))), q)
+	}
+	if isEvents {
+		r = resumeFromLastEventID(r)
+	}
+	if id, ok := sessionRoute(r.URL.Path, ":prompt"); ok && r.Method == http.MethodPost {
+		start, err := promptStartWanted(r)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if q := r.URL.Query(); q.Has("stream") {
+			q.Del("stream")
+			r = withQuery(r, q)
+		}
+		if start {
+			a.startPrompt(w, r, id)
+			return
+		}
+	}
+	a.next.ServeHTTP(w, r)
+}
+
+// ticketParam is the one ticket of a query ("" when repeated: refused).
+func ticketParam(q url.Values) string {
+	if v := q["ticket"]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+func (a *webAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
+	runtime.HTTPError(r.Context(), a.gw, a.json, w, r, err)
+}
+
+// cors sets the CORS headers for an allowed origin and answers preflights.
+// It reports whether the request has been answered.
+func (a *webAPI) cors(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	preflight := r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != ""
+	h := w.Header()
+	if len(a.origins) > 0 {
+		h.Add("Vary", "Origin")
+	}
+	allowed := origin != "" && (a.anyOrigin || a.origins[strings.ToLower(origin)])
+	if !allowed {
+		if preflight {
+			http.Error(w, "origin not allowed (http.cors.allowed_origins)", http.StatusForbidden)
+		}
+		return preflight
+	}
+	h.Set("Access-Control-Allow-Origin", origin)
+	if !preflight {
+		return false
+	}
+	h.Add("Vary", "Access-Control-Request-Method")
+	h.Add("Vary", "Access-Control-Request-Headers")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE")
+	h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+	return true
+}
+
+// sessionRoute returns the {session_id} of /v1/sessions/{session_id}<suffix>.
+func sessionRoute(path, suffix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/v1/sessions/")
+	if !ok {
+		return "", false
+	}
+	id, ok := strings.CutSuffix(rest, suffix)
+	if !ok || id == "" || strings.ContainsAny(id, "/:") {
+		return "", false
+	}
+	return id, true
+}
+
+// withQuery is r with the query q, the URL copied (and RequestURI, so that
+// nothing downstream sees a removed parameter).
+func withQuery(r *http.Request, q url.Values) *http.Request {
+	r2 := r.WithContext(r.Context())
+	u := *r.URL
+	u.RawQuery = q.Encode()
+	r2.URL = &u
+	r2.RequestURI = u.RequestURI()
+	return r2
+}
+
+// resumeFromLastEventID: an EventSource reconnects to the URL it was opened
+// with, adding Last-Event-ID; the later seq wins over the URL's afterSeq.
+func resumeFromLastEventID(r *http.Request) *http.Request {
+	last, err := strconv.ParseUint(strings.TrimSpace(r.Header.Get("Last-Event-ID")), 10, 64)
+	if err != nil {
+		return r
+	}
+	q := r.URL.Query()
+	changed := false
+	for _, name := range []string{"afterSeq", "after_seq"} {
+		if v, err := strconv.ParseUint(q.Get(name), 10, 64); err == nil && last > v {
+			q.Set(name, strconv.FormatUint(last, 10))
+			changed = true
+		}
+	}
+	if !changed {
+		return r
+	}
+	return withQuery(r, q)
+}
+
+// promptStartWanted reports whether a prompt request asks to return once the
+// prompt is accepted: ?stream=false, or Accept: application/json without
+// text/event-stream.
+func promptStartWanted(r *http.Request) (bool, error) {
+	q := r.URL.Query()
+	if q.Has("stream") {
+		switch strings.ToLower(q.Get("stream")) {
+		case "false", "0":
+			return true, nil
+		case "true", "1":
+			return false, nil
+		default:
+			return false, status.Errorf(codes.InvalidArgument, "stream: %q is not true or false", q.Get("stream"))
+		}
+	}
+	if wantsSSE(r) {
+		return false, nil
+	}
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// promptStarted answers a non-streaming prompt start.
+type promptStarted struct {
+	SessionID string `json:"sessionId"`
+	PromptID  string `json:"promptId"`
+	// AfterSeq is the seq before the prompt's first event: follow the prompt
+	// with GET /v1/sessions/{id}/events?afterSeq=<afterSeq>.
+	AfterSeq string `json:"afterSeq"`
+}
+
+// startPrompt starts the prompt through the gRPC API (same auth and errors
+// as the streaming route) and returns at its first event. The prompt goes
+// on: it does not depend on its caller.
+func (a *webAPI) startPrompt(w http.ResponseWriter, r *http.Request, sessionID string) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	ctx, err := runtime.AnnotateContext(ctx, a.gw, r, "/agentd.v1.AgentService/Prompt",
+		runtime.WithHTTPPathPattern("/v1/sessions/{session_id}:prompt"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	inbound, _ := runtime.MarshalerForRequest(a.gw, r)
+	var req agentdv1.PromptRequest
+	if err := inbound.NewDecoder(r.Body).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		a.fail(w, r, status.Error(codes.InvalidArgument, err.Error()))
+		return
+	}
+	req.SessionId = sessionID
+	var ev *agentdv1.Event
+	stream, err := agentdv1.NewAgentServiceClient(a.conn).Prompt(ctx, &req)
+	if err == nil {
+		ev, err = stream.Recv()
+	}
+	if errors.Is(err, io.EOF) {
+		err = status.Error(codes.Internal, "the prompt ended before its first event")
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	cancel()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(promptStarted{SessionID: sessionID, PromptID: ev.GetPromptId(),
+		AfterSeq: strconv.FormatUint(ev.GetSeq()-1, 10)})
+}
+
+// heartbeatWriter interleaves ": ping" comments into an SSE response after
+// interval of silence, so that proxies keep an idle stream open. The
+// handler's writes and the pings are serialised; a ping never splits a
+// frame. The handler's headers live in a map of their own until it commits
+// them, so that the pinger never races with it on the header map.
+//
+// A ping sends the response's headers (200, text/event-stream) if the
+// handler has not yet: an error the handler reports after that (it only
+// reports errors at once, before its first event, so this is rare) becomes
+// an "event: error" frame, as errors in a started stream do.
+type heartbeatWriter struct {
+	rw       http.ResponseWriter
+	h        http.Header // the handler's headers, until committed
+	interval time.Duration
+
+	mu        sync.Mutex
+	committed bool          // the headers are sent
+	pinged    bool          // a ping sent them
+	open      bool          // the last write left a frame unfinished
+	stopped   bool          // no more pings: an error status, a failed write, or done
+	errBody   *bytes.Buffer // the handler's error body after a ping sent 200
+	last      time.Time
+
+	stop, done chan struct{}
+}
+
+func newHeartbeatWriter(w http.ResponseWriter, interval time.Duration) *heartbeatWriter {
+	hw := &heartbeatWriter{rw: w, h: w.Header().Clone(), interval: interval, last: time.Now(),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go hw.loop()
+	return hw
+}
+
+func (w *heartbeatWriter) Header() http.Header { return w.h }
+
+func (w *heartbeatWriter) Unwrap() http.ResponseWriter { return w.rw }
+
+func (w *heartbeatWriter) WriteHeader(code int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writeHeaderLocked(code)
+}
+
+func (w *heartbeatWriter) writeHeaderLocked(code int) {
+	if w.committed {
+		if w.pinged && code != http.StatusOK && w.errBody == nil {
+			w.errBody = &bytes.Buffer{}
+			w.stopped = true
+		}
+		return
+	}
+	w.committed = true
+	dst := w.rw.Header()
+	clear(dst)
+	for k, v := range w.h {
+		dst[k] = v
+	}
+	if code != http.StatusOK {
+		w.stopped = true
+	}
+	w.rw.WriteHeader(code)
+}
+
+func (w *heartbeatWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.committed {
+		w.writeHeaderLocked(http.StatusOK)
+	}
+	if w.errBody != nil {
+		return w.errBody.Write(p)
+	}
+	w.last = time.Now()
+	if len(p) > 0 {
+		w.open = !bytes.HasSuffix(p, []byte("\n\n"))
+	}
+	n, err := w.rw.Write(p)
+	if err != nil {
+		w.stopped = true
+	}
+	return n, err
+}
+
+// FlushError is what http.ResponseController (the gateway) calls.
+func (w *heartbeatWriter) FlushError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.committed {
+		w.writeHeaderLocked(http.StatusOK)
+	}
+	if w.errBody != nil {
+		return nil
+	}
+	return http.NewResponseController(w.rw).Flush()
+}
+
+func (w *heartbeatWriter) Flush() { _ = w.FlushError() }
+
+func (w *heartbeatWriter) loop() {
+	defer close(w.done)
+	t := time.NewTimer(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		next, ok := w.tick()
+		if !ok {
+			return
+		}
+		t.Reset(next)
+	}
+}
+
+// tick pings if the stream has been idle for interval; it returns when to
+// look again.
+func (w *heartbeatWriter) tick() (time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return 0, false
+	}
+	if idle := time.Since(w.last); idle < w.interval || w.open {
+		return max(w.interval-idle, w.interval/4, time.Millisecond), true
+	}
+	if !w.committed {
+		w.committed, w.pinged = true, true
+		w.rw.Header().Set("Content-Type", sseContentType)
+		w.rw.WriteHeader(http.StatusOK)
+	}
+	if _, err := io.WriteString(w.rw, ": ping\n\n"); err != nil {
+		w.stopped = true
+		return 0, false
+	}
+	if err := http.NewResponseController(w.rw).Flush(); err != nil {
+		w.stopped = true
+		return 0, false
+	}
+	w.last = time.Now()
+	return w.interval, true
+}
+
+// finish stops the pings (waiting for the pinger) once the handler is done.
+func (w *heartbeatWriter) finish() {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	switch {
+	case !w.committed:
+		// Nothing written: net/http sends the handler's headers.
+		dst := w.rw.Header()
+		clear(dst)
+		for k, v := range w.h {
+			dst[k] = v
+		}
+	case w.errBody != nil && w.errBody.Len() > 0:
+		var b bytes.Buffer
+		b.WriteString("event: error\n")
+		writeData(&b, bytes.TrimSpace(w.errBody.Bytes()))
+		b.WriteString("\n\n")
+		w.rw.Write(b.Bytes())
+		http.NewResponseController(w.rw).Flush()
+	}
+}
+
+//go:embed console
+var consoleFiles embed.FS
+
+// consoleHandler serves the web console's static files.
+func consoleHandler() http.Handler {
+	sub, err := fs.Sub(consoleFiles, "console")
+	if err != nil {
+		panic(err) // the directory is embedded at build time
+	}
+	files := http.StripPrefix("/console/", http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+			"connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-cache")
+		files.ServeHTTP(w, r)
+	})
+}
+
+// mountConsole serves the console at /console/.
+func mountConsole(mux *http.ServeMux) {
+	mux.Handle("GET /console/", consoleHandler())
+	mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+}
