@@ -48,6 +48,7 @@ type Server struct {
 	creds           credstore.Store
 	redis           redis.UniversalClient
 	cooldowns       cooldownRegistry
+	tickets         *ticketAuthority
 	metrics         *metrics.Metrics
 	metricProviders []string
 	registry        *prometheus.Registry
@@ -139,7 +140,8 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), auth.unary),
 		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), auth.stream),
 	)
-	agentdv1.RegisterAgentServiceServer(s.grpcSrv, &agentService{sessions: s.sessions, done: s.done})
+	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, time.Duration(cfg.HTTP.TicketTTLMs)*time.Millisecond, s.now)
+	agentdv1.RegisterAgentServiceServer(s.grpcSrv, &agentService{sessions: s.sessions, tickets: s.tickets, done: s.done})
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)

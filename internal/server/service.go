@@ -20,6 +20,7 @@ import (
 type agentService struct {
 	agentdv1.UnimplementedAgentServiceServer
 	sessions *session.Manager
+	tickets  *ticketAuthority
 	done     <-chan struct{} // closed when the server drains
 }
 

@@ -8,11 +8,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"runtime"
 	"strings"
-	"sync"
 	"time"
-	"weak"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
-	"github.com/agentd/agentd/internal/session"
 )
 
 // Stream tickets let a browser's EventSource, which cannot send an
@@ -124,33 +120,12 @@ func (t *ticketAuthority) verify(ticket, sessionID string) (string, error) {
 	return p.Tenant, nil
 }
 
-// The gRPC service is built before the HTTP face; both reach the server's
-// ticket authority through the session manager they share. The registry
-// holds the manager weakly: a server that is gone leaves no entry behind.
-var ticketAuthorities sync.Map // weak.Pointer[session.Manager] -> *ticketAuthority
-
-func registerTicketAuthority(m *session.Manager, t *ticketAuthority) {
-	k := weak.Make(m)
-	ticketAuthorities.Store(k, t)
-	runtime.AddCleanup(m, func(k weak.Pointer[session.Manager]) { ticketAuthorities.Delete(k) }, k)
-}
-
-func ticketAuthorityFor(m *session.Manager) *ticketAuthority {
-	v, _ := ticketAuthorities.Load(weak.Make(m))
-	t, _ := v.(*ticketAuthority)
-	return t
-}
-
 // CreateStreamTicket implements the AgentService RPC.
 func (a *agentService) CreateStreamTicket(ctx context.Context, req *agentdv1.CreateStreamTicketRequest) (*agentdv1.CreateStreamTicketResponse, error) {
 	if _, err := a.session(ctx, req.GetSessionId()); err != nil {
 		return nil, err
 	}
-	t := ticketAuthorityFor(a.sessions)
-	if t == nil {
-		return nil, status.Error(codes.Unavailable, "stream tickets are not available yet")
-	}
-	ticket, exp := t.mint(tenantOf(ctx), req.GetSessionId())
+	ticket, exp := a.tickets.mint(tenantOf(ctx), req.GetSessionId())
 	return &agentdv1.CreateStreamTicketResponse{Ticket: ticket, ExpireTime: timestamppb.New(exp)}, nil
 }
 

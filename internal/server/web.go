@@ -55,10 +55,8 @@ type webAPI struct {
 // webAPI wraps the gateway gw for browsers.
 func (s *Server) webAPI(gw *runtime.ServeMux) http.Handler {
 	hc := s.cfg.HTTP
-	tickets := newTicketAuthority(hc.TicketKey, time.Duration(hc.TicketTTLMs)*time.Millisecond, s.now)
-	registerTicketAuthority(s.sessions, tickets)
 	_, jsonOut := runtime.MarshalerForRequest(gw, &http.Request{Header: http.Header{}})
-	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: tickets,
+	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: s.tickets,
 		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{}}
 	for _, o := range hc.CORS.AllowedOrigins {
 		if o == "*" {
