@@ -389,18 +389,20 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		cred, ok, err := s.m.opts.Credentials.Pick(ctx, p.Name)
 		if err != nil {
 			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
-			t := s.finishCall(ctx, promptID, model, provider.Result{Message: provider.Message{
+			res := provider.Result{Message: provider.Message{
 				Role: provider.RoleAssistant, StopReason: provider.StopError,
 				ErrorMessage: "no credential available: " + err.Error(),
-			}})
+			}}
 			var blocked *credstore.AllBlockedError
-			if errors.As(err, &blocked) {
-				// Every sibling is usage-limited: a usage limit whose wait is
-				// the earliest unblock (step 7 without a switch).
-				t.verdict = retry.Verdict{Class: retry.ClassUsageLimit, Retryable: true, Underlying: retry.ClassUsageLimit,
-					UsageWindow: retry.DefaultUsageWindow, UsageWindowEstimated: true, Reason: "every credential is blocked"}
-				t.allBlocked, t.allBlockedFor = true, max(blocked.In, 0)
+			if !errors.As(err, &blocked) {
+				return s.finishCall(ctx, promptID, model, res, nil)
 			}
+			// Every sibling is usage-limited: a usage limit whose wait is the
+			// earliest unblock (step 7 without a switch).
+			v := retry.Verdict{Class: retry.ClassUsageLimit, Retryable: true, Underlying: retry.ClassUsageLimit,
+				UsageWindow: retry.DefaultUsageWindow, UsageWindowEstimated: true, Reason: "every credential is blocked"}
+			t := s.finishCall(ctx, promptID, model, res, &v)
+			t.allBlocked, t.allBlockedFor = true, max(blocked.In, 0)
 			return t
 		}
 		if ok {
@@ -424,7 +426,7 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		}
 		s.emit(e)
 	})
-	t := s.finishCall(ctx, promptID, model, res)
+	t := s.finishCall(ctx, promptID, model, res, nil)
 	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason}
 	if t.Message.StopReason == provider.StopError {
 		if t.Failure != nil {
@@ -436,7 +438,9 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	return t
 }
 
-func (s *Session) finishCall(ctx context.Context, promptID, model string, res provider.Result) turn {
+// finishCall ends a model call: message_end, history, runtime context. An
+// error stop is classified, unless verdict gives the classification.
+func (s *Session) finishCall(ctx context.Context, promptID, model string, res provider.Result, verdict *retry.Verdict) turn {
 	msg := &res.Message
 	msg.Role = provider.RoleAssistant
 	msg.Model = model
@@ -453,7 +457,11 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, res pr
 	end := Event{Type: EventMessageEnd, PromptID: promptID, Model: model, StopReason: msg.StopReason,
 		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text()}
 	if msg.StopReason == provider.StopError {
-		v = retry.Classify(failureOf(&res, s.providerKind(model)), s.m.opts.Now())
+		if verdict != nil {
+			v = *verdict
+		} else {
+			v = retry.Classify(failureOf(&res, s.providerKind(model)), s.m.opts.Now())
+		}
 		end.ErrorClass = string(v.Class)
 	}
 	s.mu.Lock()
