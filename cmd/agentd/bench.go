@@ -1,5 +1,97 @@
 package main
 
-import "io"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
 
-func runBench(args []string, stdout, stderr io.Writer) int { return 0 }
+	"github.com/agentd/agentd/internal/bench"
+)
+
+// The bench asks the agentd it starts for profiles and heap statistics:
+// `agentd serve` opens a loopback debug listener when AGENTD_BENCH_DEBUG_ADDR
+// is set (never otherwise).
+func init() {
+	addr := os.Getenv(bench.DebugEnv)
+	if addr == "" || len(os.Args) < 2 || os.Args[1] != "serve" {
+		return
+	}
+	if err := bench.ServeDebug(addr, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "agentd: %s: %v\n", bench.DebugEnv, err)
+	}
+}
+
+const benchUsage = `Usage: agentd bench [flags] [SCENARIO...]
+
+Load tests of agentd against a bare reverse-proxy floor, on loopback: it
+starts agentd (this binary, or --agentd), a mock provider and, for the
+Redis runs, a redis-server of its own. Scenarios: overhead, capacity,
+idle-memory, fanout, retry (default: all, about 10 minutes), each run
+--rounds times interleaved; it writes results.json, results.md and pprof
+profiles to --out. See BENCHMARKS.md.
+
+Flags:
+`
+
+// runBench is "agentd bench".
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	self, _ := os.Executable()
+	bin := fs.String("agentd", self, "the agentd binary to test")
+	out := fs.String("out", "bench", "output directory")
+	rounds := fs.Int("rounds", 3, "runs of each scenario (interleaved)")
+	quick := fs.Bool("quick", false, "tiny sizes: a smoke test of the tool (seconds)")
+	profile := fs.Bool("profile", true, "collect pprof CPU and heap profiles of agentd in a last pass")
+	memBudget := fs.Float64("mem-budget-gib", 8, "stop growing idle sessions or subscribers when agentd's RSS passes this")
+	repo := fs.String("repo", "", "module root for the Go benchmarks of internal/retry (default: the current directory when it holds go.mod)")
+	version := fs.String("version", "", "label of the agentd under test (default: git describe)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *repo == "" {
+		if _, err := os.Stat("go.mod"); err == nil {
+			*repo, _ = os.Getwd()
+		}
+	}
+	if *version == "" && *repo != "" {
+		if b, err := exec.Command("git", "-C", *repo, "describe", "--always", "--dirty").Output(); err == nil {
+			*version = strings.TrimSpace(string(b))
+		}
+	}
+	abs, err := filepath.Abs(*bin)
+	if err != nil {
+		fmt.Fprintln(stderr, "agentd bench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := bench.Run(ctx, bench.Config{
+		Bin: abs, Out: *out, Rounds: *rounds, Scenarios: fs.Args(), Quick: *quick, Profile: *profile,
+		MemBudget: int64(*memBudget * (1 << 30)), RepoDir: *repo, Progress: stderr, Version: *version,
+	})
+	if res != nil {
+		fmt.Fprint(stdout, bench.Markdown(res))
+		fmt.Fprintf(stdout, "\nresults: %s\n", filepath.Join(*out, "results.json"))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "agentd bench:", err)
+		return 1
+	}
+	return 0
+}

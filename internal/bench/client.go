@@ -51,9 +51,23 @@ func (t *Turn) add(typ string, frame []byte) {
 	if t.Types != nil {
 		t.Types[typ]++
 	}
+	if !deltaEvent(typ) {
+		return
+	}
 	if w, a, ok := mock.FindStamp(frame); ok {
 		t.Deltas = append(t.Deltas, Delta{Recv: time.Now().UnixNano(), Write: w, Arrival: a})
 	}
+}
+
+// deltaEvent reports whether an SSE event carries one text delta: agentd's
+// message_update, or a provider's delta frame (Chat frames have no event
+// name).
+func deltaEvent(typ string) bool {
+	switch typ {
+	case "message_update", "content_block_delta", "response.output_text.delta", "":
+		return true
+	}
+	return false
 }
 
 func now() int64 { return time.Now().UnixNano() }

@@ -20,10 +20,10 @@ import (
 // parallel runs f(0..n-1) with at most conc in flight; it stops at the first
 // error.
 func parallel(ctx context.Context, n, conc int, f func(i int) error) error {
-	g, ctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(conc, 1))
 	for i := range n {
-		if ctx.Err() != nil {
+		if gctx.Err() != nil {
 			break
 		}
 		g.Go(func() error { return f(i) })

@@ -357,9 +357,6 @@ func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (tur
 	}
 }
 
-// callModel makes one model call: message_start, message_update as output
-// streams, message_end; the assistant message goes to the history and the
-// runtime context.
 // turn is one model call's result and, for an error stop, its retry verdict.
 type turn struct {
 	provider.Result
@@ -370,6 +367,9 @@ type turn struct {
 	allBlockedFor time.Duration
 }
 
+// callModel makes one model call: message_start, message_update as output
+// streams, message_end; the assistant message goes to the history and the
+// runtime context.
 func (s *Session) callModel(ctx context.Context, promptID string, call int) turn {
 	s.mu.Lock()
 	model := s.model

@@ -290,37 +290,105 @@ func parseFaults(s string) (sim.Script, error) {
 
 var directiveRe = regexp.MustCompile(`(?is)[ \t]*\[\[\s*(faults|tokens|tools)\b(.*?)\]\]`)
 
-// script is the engine's Options.Script: the step of one request.
+var paceRe = regexp.MustCompile(`(?is)\[\[\s*pace\s*:(.*?)\]\]`)
+
+// pace reads a [[pace: first=MS, chunk=MS]] directive.
+func pace(text string) (first, chunk time.Duration, hasFirst, hasChunk bool, err error) {
+	m := paceRe.FindStringSubmatch(text)
+	if m == nil {
+		return 0, 0, false, false, nil
+	}
+	for _, kv := range strings.Split(m[1], ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)
+		n, nerr := strconv.Atoi(v)
+		if !ok || nerr != nil || n < 0 || n > sim.MaxDelayMS {
+			return 0, 0, false, false, fmt.Errorf("pace: want first=MS and/or chunk=MS (0 to %d), got %q", sim.MaxDelayMS, strings.TrimSpace(kv))
+		}
+		switch k {
+		case "first":
+			first, hasFirst = time.Duration(n)*time.Millisecond, true
+		case "chunk":
+			chunk, hasChunk = time.Duration(n)*time.Millisecond, true
+		default:
+			return 0, 0, false, false, fmt.Errorf("pace: unknown key %q (first, chunk)", k)
+		}
+	}
+	return first, chunk, hasFirst, hasChunk, nil
+}
+
+func headerMillis(h http.Header, name string) (time.Duration, bool, error) {
+	v := h.Get(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > sim.MaxDelayMS {
+		return 0, false, fmt.Errorf("%s: want 0 to %d, got %q", name, sim.MaxDelayMS, v)
+	}
+	return time.Duration(n) * time.Millisecond, true, nil
+}
+
+// script is the engine's Options.Script: the step of one request. A
+// directive in the prompt beats the request's header, which beats Options.
 func (m *Mock) script(req *providertest.Request) providertest.Step {
 	text := req.LastUserText()
+	bad := func(msg string) providertest.Step {
+		m.count("400", false)
+		return invalidRequest(req.Kind, "mock: "+msg)
+	}
 	script, err := sim.ParseScript(text)
 	if err != nil {
-		m.count("400", false)
-		return invalidRequest(req.Kind, "mock: "+err.Error())
-	}
-	if h := req.Header.Get(HeaderFaults); h != "" {
-		hs, err := parseFaults(h)
-		if err != nil {
-			m.count("400", false)
-			return invalidRequest(req.Kind, "mock: "+HeaderFaults+": "+err.Error())
-		}
-		script.Steps = hs.Steps
+		return bad(err.Error())
 	}
 	if len(script.Steps) == 0 {
-		script.Steps = m.defaults.Steps
+		if h := req.Header.Get(HeaderFaults); h != "" {
+			hs, err := parseFaults(h)
+			if err != nil {
+				return bad(HeaderFaults + ": " + err.Error())
+			}
+			script.Steps = hs.Steps
+		} else {
+			script.Steps = m.defaults.Steps
+		}
 	}
 	tokens := m.opts.Tokens
-	if script.Tokens > 0 {
-		tokens = script.Tokens
-	}
 	if v := req.Header.Get(HeaderTokens); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > sim.MaxTokens {
-			m.count("400", false)
-			return invalidRequest(req.Kind, fmt.Sprintf("mock: %s: want 0 to %d, got %q", HeaderTokens, sim.MaxTokens, v))
+			return bad(fmt.Sprintf("%s: want 0 to %d, got %q", HeaderTokens, sim.MaxTokens, v))
 		}
 		tokens = n
 	}
+	if script.Tokens > 0 {
+		tokens = script.Tokens
+	}
+	// Pacing: Options (the engine's defaults), then the headers, then
+	// [[pace: …]]. Step.Delay adds to Options.Delay; Step.ChunkDelay > 0
+	// replaces Options.ChunkDelay (a chunk delay of 0 over a default one
+	// is 1ns: as good as none).
+	first, chunk := m.opts.Delay, m.opts.ChunkDelay
+	if d, ok, err := headerMillis(req.Header, HeaderDelay); err != nil {
+		return bad(err.Error())
+	} else if ok {
+		first = d
+	}
+	if d, ok, err := headerMillis(req.Header, HeaderChunkDelay); err != nil {
+		return bad(err.Error())
+	} else if ok {
+		chunk = d
+	}
+	pf, pc, hasFirst, hasChunk, err := pace(text)
+	if err != nil {
+		return bad(err.Error())
+	}
+	if hasFirst {
+		first = pf
+	}
+	if hasChunk {
+		chunk = pc
+	}
+
 	var pieces []string
 	switch {
 	case m.stamping(req.Header):
@@ -331,7 +399,7 @@ func (m *Mock) script(req *providertest.Request) providertest.Step {
 	case tokens > 0:
 		pieces = lorem(tokens)
 	default:
-		echo := strings.TrimSpace(directiveRe.ReplaceAllString(text, ""))
+		echo := strings.TrimSpace(paceRe.ReplaceAllString(directiveRe.ReplaceAllString(text, ""), ""))
 		if echo == "" {
 			echo = "(empty prompt)"
 		}
@@ -341,15 +409,13 @@ func (m *Mock) script(req *providertest.Request) providertest.Step {
 
 	st := script.Step(m.call(text))
 	step, label, stream := wireStep(req.Kind, st, answer)
-	if v := req.Header.Get(HeaderDelay); v != "" {
-		if d, err := strconv.Atoi(v); err == nil && d >= 0 {
-			step.Delay += time.Duration(d) * time.Millisecond
-		}
+	// The engine waits Options.Delay + Step.Delay.
+	step.Delay += first - m.opts.Delay
+	if step.Delay < 0 {
+		step.Delay = 0
 	}
-	if v := req.Header.Get(HeaderChunkDelay); v != "" {
-		if d, err := strconv.Atoi(v); err == nil && d > 0 {
-			step.ChunkDelay = time.Duration(d) * time.Millisecond
-		}
+	if chunk != m.opts.ChunkDelay {
+		step.ChunkDelay = max(chunk, time.Nanosecond)
 	}
 	m.count(label, stream)
 	return step
