@@ -237,7 +237,7 @@ func registered(t *testing.T) registryResult {
 			registryErr = err
 			return
 		}
-		res.opts = metricOptions(cfg)
+		res.opts = metrics.OptionsFor(cfg)
 		reg := prometheus.NewPedanticRegistry()
 		rec := &recorder{Registerer: reg}
 		metrics.New(rec, res.opts)
@@ -288,29 +288,6 @@ func registered(t *testing.T) registryResult {
 		t.Fatal(registryErr)
 	}
 	return registryRes
-}
-
-// metricOptions mirrors how the server derives the closed label sets from
-// its configuration.
-func metricOptions(cfg *config.Config) metrics.Options {
-	var o metrics.Options
-	for _, p := range cfg.Providers {
-		o.Providers = append(o.Providers, p.Name)
-		for _, m := range p.Models {
-			o.Models = append(o.Models, p.Name+"/"+m)
-		}
-	}
-	for role, chain := range cfg.Retry.FallbackChains {
-		o.Roles = append(o.Roles, role)
-		for _, m := range chain {
-			if !slices.Contains(o.Models, m) {
-				o.Models = append(o.Models, m)
-			}
-		}
-	}
-	slices.Sort(o.Roles)
-	o.Backends = []string{cfg.Store.Backend}
-	return o
 }
 
 var (

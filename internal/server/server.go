@@ -91,7 +91,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	if err != nil {
 		return nil, err
 	}
-	mopts := metricOptions(cfg)
+	mopts := metrics.OptionsFor(cfg)
 	s.metricProviders = mopts.Providers
 	s.metrics = metrics.New(s.registry, mopts)
 	if err := s.openStores(context.Background()); err != nil {

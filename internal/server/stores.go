@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/metrics"
@@ -155,26 +153,4 @@ func (s *Server) metricsHandler(next http.Handler) http.Handler {
 		cancel()
 		next.ServeHTTP(w, r)
 	})
-}
-
-// metricOptions are the closed label sets of the configuration.
-func metricOptions(cfg *config.Config) metrics.Options {
-	var o metrics.Options
-	for _, p := range cfg.Providers {
-		o.Providers = append(o.Providers, p.Name)
-		for _, m := range p.Models {
-			o.Models = append(o.Models, p.Name+"/"+m)
-		}
-	}
-	for role, chain := range cfg.Retry.FallbackChains {
-		o.Roles = append(o.Roles, role)
-		for _, m := range chain {
-			if !slices.Contains(o.Models, m) {
-				o.Models = append(o.Models, m)
-			}
-		}
-	}
-	slices.Sort(o.Roles)
-	o.Backends = []string{cfg.Store.Backend}
-	return o
 }
