@@ -36,6 +36,7 @@ type Turn struct {
 	Types   map[string]int // events by type, when counting
 	Outcome string
 	Err     error
+	ends    atomic.Int32 // prompt_end events seen
 }
 
 // First is the first delta's receive time (0 when none).
@@ -50,6 +51,9 @@ func (t *Turn) add(typ string, frame []byte) {
 	t.Events++
 	if t.Types != nil {
 		t.Types[typ]++
+	}
+	if typ == "prompt_end" {
+		t.ends.Add(1)
 	}
 	if !deltaEvent(typ) {
 		return
@@ -237,6 +241,30 @@ func (c *Client) PromptSSE(ctx context.Context, id, text string, t *Turn) error 
 	return c.doSSE(req, t)
 }
 
+// StartPrompt starts a prompt without following it (REST, Accept:
+// application/json: agentd answers once the prompt has started).
+func (c *Client) StartPrompt(ctx context.Context, id, text string) error {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	body := `{"text":` + strconv.Quote(text) + `}`
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, c.Base+"/v1/sessions/"+id+":prompt", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
 // FollowSSE reads GET /v1/sessions/{id}/events after seq after until
 // ctx is done (or the stream ends).
 func (c *Client) FollowSSE(ctx context.Context, id string, after uint64, t *Turn) error {
@@ -340,6 +368,7 @@ func recvGRPC(stream grpc.ServerStreamingClient[agentdv1.Event], t *Turn, untilE
 			}
 		}
 		if pe := ev.GetPromptEnd(); pe != nil {
+			t.ends.Add(1)
 			t.Outcome = pe.GetOutcome()
 			if untilEnd {
 				t.End = now()

@@ -377,3 +377,87 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Monitor counts the commands Redis runs, from MONITOR: those clients sent
+// (round trips) apart from those scripts ran ([0 lua]). INFO commandstats
+// counts both alike.
+type Monitor struct {
+	conn net.Conn
+	mu   sync.Mutex
+	top  map[string]int64
+	lua  map[string]int64
+	done chan struct{}
+}
+
+// Monitor starts counting.
+func (r *Redis) Monitor() (*Monitor, error) {
+	c, err := net.DialTimeout("tcp", r.Addr, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.WriteString(c, "MONITOR\r\n"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	m := &Monitor{conn: c, top: map[string]int64{}, lua: map[string]int64{}, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		br := bufio.NewReaderSize(c, 64<<10)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			// +1700000000.123456 [0 127.0.0.1:60866] "evalsha" "…" …
+			i := strings.IndexByte(line, '[')
+			j := strings.IndexByte(line, ']')
+			if i < 0 || j < i {
+				continue
+			}
+			who := line[i+1 : j]
+			rest := strings.TrimSpace(line[j+1:])
+			name, _, _ := strings.Cut(strings.TrimPrefix(rest, `"`), `"`)
+			name = strings.ToLower(name)
+			if name == "" || name == "info" || name == "monitor" {
+				continue
+			}
+			m.mu.Lock()
+			if strings.HasSuffix(who, " lua") {
+				m.lua[name]++
+			} else {
+				m.top[name]++
+			}
+			m.mu.Unlock()
+		}
+	}()
+	return m, nil
+}
+
+// Counts returns the commands counted so far: sent by clients, and run by
+// scripts.
+func (m *Monitor) Counts() (top, lua map[string]int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	top, lua = map[string]int64{}, map[string]int64{}
+	for k, v := range m.top {
+		top[k] = v
+	}
+	for k, v := range m.lua {
+		lua[k] = v
+	}
+	return top, lua
+}
+
+// Close stops counting.
+func (m *Monitor) Close() {
+	m.conn.Close()
+	<-m.done
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/bench/mock"
+)
+
+type capacityParams struct {
+	Rates       []int         // prompts per second, swept upward
+	Step, Warm  time.Duration // each rate runs Step; latencies of prompts due after Warm count
+	Tokens      int           // text deltas per stream
+	ChunkMs     int           // milliseconds between two frames of a stream
+	Limits      []float64     // added p99 thresholds (ms)
+	StopErrFrac float64       // a step with more errors or drops than this ends the sweep
+	StopP99     float64       // … or with an added p99 above this (ms)
+}
+
+func capacityParamsFor(quick bool) capacityParams {
+	p := capacityParams{
+		Rates: []int{50, 100, 200, 300, 400, 500, 600, 800},
+		Step:  8 * time.Second, Warm: 3 * time.Second, Tokens: 20, ChunkMs: 50,
+		Limits: []float64{1, 5, 10, 50}, StopErrFrac: 0.01, StopP99: 1000,
+	}
+	if quick {
+		p.Rates, p.Step, p.Warm, p.Tokens, p.ChunkMs = []int{10, 20}, 2*time.Second, 500*time.Millisecond, 5, 20
+	}
+	if v := os.Getenv("AGENTD_BENCH_CAPACITY_RATES"); v != "" {
+		var rates []int
+		for _, f := range strings.Split(v, ",") {
+			if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+				rates = append(rates, n)
+			}
+		}
+		if len(rates) > 0 {
+			p.Rates = rates
+		}
+	}
+	return p
+}
+
+// streamDuration is how long the mock takes to play one capacity stream:
+// Anthropic's frames are message_start, content_block_start, ping, the
+// deltas, content_block_stop, message_delta and message_stop.
+func (p capacityParams) streamDuration() time.Duration {
+	return time.Duration(p.Tokens+5) * time.Duration(p.ChunkMs) * time.Millisecond
+}
+
+// runCapacity: an open-loop sweep of prompts per second, each prompt on an
+// idle session of a pool, half of them over REST+SSE and half over gRPC;
+// every stream paced (Tokens deltas, ChunkMs apart). Latency counts from
+// each prompt's scheduled time, so a slow agentd cannot hide its queueing
+// (no coordinated omission). "Added" latency is everything but the mock's
+// own pacing: the request's inbound time plus the first chunk's transit
+// (TTFT), and each chunk's transit from the mock's write to the client's
+// read.
+func runCapacity(ctx context.Context, e *Env, round int) (Metrics, error) {
+	p := capacityParamsFor(e.Cfg.Quick)
+	headers := map[string]string{
+		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
+	}
+	a, err := e.StartAgentd("capacity", "providers:\n"+e.MockProvider("mock", "anthropic", headers))
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop(15 * time.Second)
+	c, err := NewClient(a, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+
+	m := Metrics{}
+	m["tokens"], m["chunk_ms"] = float64(p.Tokens), float64(p.ChunkMs)
+	type stepResult struct {
+		rate             int
+		addedP99, conc   float64
+		clean, completed bool
+	}
+	var steps []stepResult
+	for _, rate := range p.Rates {
+		if ctx.Err() != nil {
+			return m, ctx.Err()
+		}
+		sm, err := capacityStep(ctx, e, a, c, round, rate, p)
+		for k, v := range sm {
+			m[fmt.Sprintf("rate.%d.%s", rate, k)] = v
+		}
+		if err != nil {
+			e.Note("capacity", "round %d rate %d/s: %v", round, rate, err)
+			break
+		}
+		bad := sm["errors"] + sm["no_session"] + sm["dropped"]
+		steps = append(steps, stepResult{rate: rate, addedP99: sm["added.p99"], conc: sm["inflight.mean"],
+			clean: bad == 0, completed: true})
+		if bad > p.StopErrFrac*sm["prompts"] || sm["added.p99"] > p.StopP99 || a.Exited() {
+			e.Note("capacity", "round %d: sweep stopped at %d/s (saturated: %.0f errors or drops of %.0f prompts, added p99 %.1f ms)",
+				round, rate, bad, sm["prompts"], sm["added.p99"])
+			break
+		}
+	}
+	for _, lim := range p.Limits {
+		best, conc := math.NaN(), math.NaN()
+		for _, s := range steps {
+			if s.clean && s.addedP99 <= lim {
+				best, conc = float64(s.rate), s.conc
+			}
+		}
+		m[fmt.Sprintf("max_rate.le_%gms", lim)] = best
+		m[fmt.Sprintf("concurrency.le_%gms", lim)] = conc
+	}
+	maxConc := 0.0
+	for _, s := range steps {
+		if s.clean && s.addedP99 <= 10 {
+			maxConc = math.Max(maxConc, s.conc)
+		}
+	}
+	m["concurrency_max.le_10ms"] = maxConc
+	return m, nil
+}
+
+// capacityStep runs one rate.
+func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate int, p capacityParams) (Metrics, error) {
+	streamDur := p.streamDuration()
+	poolN := int(float64(rate)*(streamDur+time.Second).Seconds()*1.5) + 16
+	ids, err := c.CreateSessions(ctx, poolN, 16, &agentdv1.CreateSessionRequest{Model: "mock/claude-bench"})
+	if err != nil {
+		return nil, fmt.Errorf("create %d sessions: %w", poolN, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_ = c.DeleteSessions(dctx, ids, 16)
+	}()
+	free := make(chan string, poolN)
+	for _, id := range ids {
+		free <- id
+	}
+	total := int(float64(rate) * p.Step.Seconds())
+	interval := time.Second / time.Duration(rate)
+
+	type rec struct {
+		t    *Turn
+		grpc bool
+	}
+	var mu sync.Mutex
+	recs := make([]rec, 0, total)
+	var noSession counter
+	var inflight atomic.Int64
+	var wg sync.WaitGroup
+
+	mock0, _ := mockStats(ctx, e.Mock.URL)
+	t0 := time.Now().Add(20 * time.Millisecond)
+	winStart, winEnd := t0.Add(p.Warm), t0.Add(p.Step)
+
+	// The sampler: /proc at the window's edges, in-flight prompts every 50ms.
+	var s0, s1, b0, b1, k0, k1 ProcSample
+	var mach0, mach1 MachineCPU
+	var inflightDist Dist
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		time.Sleep(time.Until(winStart))
+		s0, b0, k0, mach0 = a.Sample(), selfSample(), e.Mock.Sample(), ReadMachineCPU()
+		if e.profiling(round) {
+			defer e.CPUProfile(ctx, a, fmt.Sprintf("capacity-%d-per-s-cpu", rate), winEnd.Sub(winStart))()
+		}
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for time.Now().Before(winEnd) {
+			select {
+			case <-tick.C:
+				inflightDist.Add(float64(inflight.Load()))
+			case <-ctx.Done():
+				return
+			}
+		}
+		s1, b1, k1, mach1 = a.Sample(), selfSample(), e.Mock.Sample(), ReadMachineCPU()
+	}()
+
+	for i := range total {
+		due := t0.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		var id string
+		select {
+		case id = <-free:
+		default:
+			noSession.inc()
+			continue
+		}
+		wg.Add(1)
+		inflight.Add(1)
+		go func() {
+			defer wg.Done()
+			defer inflight.Add(-1)
+			t := &Turn{Due: due.UnixNano(), Deltas: make([]Delta, 0, p.Tokens)}
+			pctx, cancel := context.WithTimeout(ctx, streamDur+30*time.Second)
+			text := fmt.Sprintf("capacity round %d rate %d prompt %d", round, rate, i)
+			grpc := i%2 == 1
+			if grpc {
+				t.Err = c.PromptGRPC(pctx, id, text, t)
+			} else {
+				t.Err = c.PromptSSE(pctx, id, text, t)
+			}
+			cancel()
+			free <- id
+			mu.Lock()
+			recs = append(recs, rec{t, grpc})
+			mu.Unlock()
+		}()
+		if i%64 == 0 {
+			e.Prog.Update("rate %d/s: %d/%d sent, %d in flight", rate, i, total, inflight.Load())
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(streamDur + 45*time.Second):
+		return nil, fmt.Errorf("%d prompts still running 45s after the last was sent", inflight.Load())
+	}
+	<-samplerDone
+	mock1, _ := mockStats(ctx, e.Mock.URL)
+
+	m := Metrics{}
+	var added, transit, ttft, addedSSE, addedGRPC, transitSSE, transitGRPC Dist
+	var errs, dropped, completed, chunks int
+	w0, w1 := winStart.UnixNano(), winEnd.UnixNano()
+	firstErr := ""
+	for _, r := range recs {
+		t := r.t
+		if t.Err != nil {
+			errs++
+			if firstErr == "" {
+				firstErr = t.Err.Error()
+			}
+			continue
+		}
+		if len(t.Deltas) != p.Tokens || t.Outcome != "completed" {
+			dropped++
+			continue
+		}
+		completed++
+		for _, d := range t.Deltas {
+			if d.Recv >= w0 && d.Recv < w1 {
+				chunks++
+			}
+		}
+		if t.Due < w0 || t.Due >= w1 {
+			continue
+		}
+		f := t.Deltas[0]
+		ad := ms((f.Arrival - t.Due) + (f.Recv - f.Write))
+		added.Add(ad)
+		ttft.Add(ms(f.Recv - t.Due))
+		at, tr := &addedSSE, &transitSSE
+		if r.grpc {
+			at, tr = &addedGRPC, &transitGRPC
+		}
+		at.Add(ad)
+		for _, d := range t.Deltas {
+			x := ms(d.Recv - d.Write)
+			transit.Add(x)
+			tr.Add(x)
+		}
+	}
+	if firstErr != "" {
+		e.Note("capacity", "round %d rate %d/s: first error: %s", round, rate, firstErr)
+	}
+	m["prompts"] = float64(total)
+	m["completed"] = float64(completed)
+	m["errors"] = float64(errs)
+	m["dropped"] = float64(dropped)
+	m["no_session"] = float64(noSession.Load())
+	m.PutSummary("ttft_added", added.Summary())
+	m.PutSummary("ttft", ttft.Summary())
+	m.PutSummary("chunk", transit.Summary())
+	m["ttft_added.sse.p99"], m["ttft_added.grpc.p99"] = addedSSE.Q(.99), addedGRPC.Q(.99)
+	m["chunk.sse.p99"], m["chunk.grpc.p99"] = transitSSE.Q(.99), transitGRPC.Q(.99)
+	m["added.p99"] = math.Max(added.Q(.99), transit.Q(.99))
+	m["inflight.mean"] = inflightDist.Mean()
+	m["inflight.max"] = inflightDist.Max()
+	win := s1.At.Sub(s0.At)
+	if win > 0 {
+		m["agentd_cpu_pct"] = 100 * float64(s1.CPU-s0.CPU) / float64(win)
+		m["mock_cpu_pct"] = 100 * float64(k1.CPU-k0.CPU) / float64(win)
+		m["bench_cpu_pct"] = 100 * float64(b1.CPU-b0.CPU) / float64(win)
+		m["machine_busy_pct"] = busyPct(mach0, mach1)
+		m["chunks_per_s"] = float64(chunks) / win.Seconds()
+	}
+	if chunks > 0 {
+		m["cpu_us_per_chunk"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(chunks)
+	}
+	m["agentd_rss_mib"] = float64(s1.RSS) / (1 << 20)
+	if n := mock1.Requests - mock0.Requests; n > 0 {
+		m["provider_conns_per_prompt"] = float64(mock1.Connections-mock0.Connections) / float64(n)
+	}
+	e.Prog.Update("rate %d/s: added p99 %.2f ms, %d errors", rate, m["added.p99"], errs)
+	return m, nil
+}
+
+func selfSample() ProcSample {
+	s, _ := ReadProc(os.Getpid())
+	return s
+}
+
+func mockStats(ctx context.Context, base string) (mock.Stats, error) {
+	var s mock.Stats
+	err := getJSON(ctx, base+"/mock/stats", &s)
+	return s, err
+}

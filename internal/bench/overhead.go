@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+)
+
+// Paths of the overhead scenario.
+const (
+	pathDirect = "direct" // the bench straight to the mock
+	pathFloor  = "floor"  // through the bare httputil.ReverseProxy
+	pathREST   = "rest"   // through agentd, REST + SSE
+	pathGRPC   = "grpc"   // through agentd, gRPC
+)
+
+var overheadPaths = []string{pathDirect, pathFloor, pathREST, pathGRPC}
+
+// overheadParams: one request at a time, a short paced stream.
+type overheadParams struct {
+	N, Warmup, Tokens, ChunkMs int
+}
+
+func overheadParamsFor(quick bool) overheadParams {
+	if quick {
+		return overheadParams{N: 15, Warmup: 3, Tokens: 8, ChunkMs: 2}
+	}
+	return overheadParams{N: 250, Warmup: 20, Tokens: 8, ChunkMs: 2}
+}
+
+// runOverhead: one request at a time, interleaved over the four paths
+// (direct, floor, agentd REST+SSE, agentd gRPC), each agentd prompt on a
+// fresh session so that every request carries the same one-message
+// context. Every text delta is stamped by the mock, so each request yields
+// its inbound time (request sent → mock got it) and each chunk its transit
+// time (mock wrote it → client read it), whatever the path.
+func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
+	p := overheadParamsFor(e.Cfg.Quick)
+	headers := map[string]string{
+		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
+	}
+	a, err := e.StartAgentd("overhead", "providers:\n"+e.MockProvider("mock", "anthropic", headers))
+	if err != nil {
+		return nil, err
+	}
+	defer a.Stop(10 * time.Second)
+	c, err := NewClient(a, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	total := p.Warmup + p.N
+	ids, err := c.CreateSessions(ctx, 2*total, 8, &agentdv1.CreateSessionRequest{Model: "mock/claude-bench"})
+	if err != nil {
+		return nil, fmt.Errorf("create sessions: %w", err)
+	}
+	hc := NewHTTPClient()
+	defer hc.CloseIdleConnections()
+
+	turns := map[string][]*Turn{}
+	errs := map[string]int{}
+	cpu0 := a.Sample()
+	mach0 := ReadMachineCPU()
+	for i := range total {
+		for k := range overheadPaths {
+			path := overheadPaths[(i+k)%len(overheadPaths)]
+			t := &Turn{}
+			text := fmt.Sprintf("overhead round %d request %d via %s", round, i, path)
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			var err error
+			switch path {
+			case pathDirect:
+				err = ProviderCall(rctx, hc, e.Mock.URL, text, headers, t)
+			case pathFloor:
+				err = ProviderCall(rctx, hc, e.Floor.URL, text, headers, t)
+			case pathREST:
+				err = c.PromptSSE(rctx, ids[2*i], text, t)
+			case pathGRPC:
+				err = c.PromptGRPC(rctx, ids[2*i+1], text, t)
+			}
+			cancel()
+			if err == nil && (len(t.Deltas) != p.Tokens || t.Outcome != "completed") {
+				err = fmt.Errorf("%d deltas, outcome %q", len(t.Deltas), t.Outcome)
+			}
+			if err != nil {
+				errs[path]++
+				if errs[path] <= 3 {
+					e.Note("overhead", "round %d %s: %v", round, path, err)
+				}
+				continue
+			}
+			if i >= p.Warmup {
+				turns[path] = append(turns[path], t)
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		e.Prog.Update("%d/%d requests per path", i+1, total)
+	}
+	cpu1 := a.Sample()
+	mach1 := ReadMachineCPU()
+
+	m := Metrics{}
+	type dists struct{ ttft, inbound, firstTransit, overhead, transit, gap, end Dist }
+	d := map[string]*dists{}
+	for _, path := range overheadPaths {
+		x := &dists{}
+		d[path] = x
+		for _, t := range turns[path] {
+			f := t.Deltas[0]
+			x.ttft.Add(ms(f.Recv - t.Sent))
+			x.inbound.Add(ms(f.Arrival - t.Sent))
+			x.firstTransit.Add(ms(f.Recv - f.Write))
+			// Everything but the mock's own time to the first delta.
+			x.overhead.Add(ms((f.Arrival - t.Sent) + (f.Recv - f.Write)))
+			x.end.Add(ms(t.End - t.Sent))
+			for j, dl := range t.Deltas {
+				x.transit.Add(ms(dl.Recv - dl.Write))
+				if j > 0 {
+					x.gap.Add(ms(dl.Recv - t.Deltas[j-1].Recv))
+				}
+			}
+		}
+		m.PutSummary("ttft."+path, x.ttft.Summary())
+		m.PutSummary("inbound."+path, x.inbound.Summary())
+		m.PutSummary("overhead."+path, x.overhead.Summary())
+		m.PutSummary("transit."+path, x.transit.Summary())
+		m.PutSummary("gap."+path, x.gap.Summary())
+		m.PutSummary("end."+path, x.end.Summary())
+		m["errors."+path] = float64(errs[path])
+	}
+	dir := d[pathDirect]
+	for _, path := range []string{pathFloor, pathREST, pathGRPC} {
+		x := d[path]
+		for _, q := range []struct {
+			name string
+			q    float64
+		}{{"p50", .5}, {"p99", .99}} {
+			m["added_ttft."+path+"."+q.name] = x.overhead.Q(q.q) - dir.overhead.Q(q.q)
+			m["added_ttft_raw."+path+"."+q.name] = x.ttft.Q(q.q) - dir.ttft.Q(q.q)
+			m["added_chunk."+path+"."+q.name] = x.transit.Q(q.q) - dir.transit.Q(q.q)
+			m["added_gap."+path+"."+q.name] = x.gap.Q(q.q) - dir.gap.Q(q.q)
+			m["added_end."+path+"."+q.name] = x.end.Q(q.q) - dir.end.Q(q.q)
+		}
+	}
+	if fl := m["added_ttft.floor.p50"]; fl > 0 {
+		m["ratio_to_floor.rest.p50"] = m["added_ttft.rest.p50"] / fl
+		m["ratio_to_floor.grpc.p50"] = m["added_ttft.grpc.p50"] / fl
+	}
+	prompts := len(turns[pathREST]) + len(turns[pathGRPC]) + errs[pathREST] + errs[pathGRPC] + 2*p.Warmup
+	if prompts > 0 {
+		m["cpu_us_per_prompt"] = float64((cpu1.CPU - cpu0.CPU).Microseconds()) / float64(prompts)
+		m["cpu_us_per_chunk_c1"] = m["cpu_us_per_prompt"] / float64(p.Tokens)
+	}
+	m["machine_busy_pct"] = busyPct(mach0, mach1)
+	m["agentd_rss_mib"] = float64(cpu1.RSS) / (1 << 20)
+	return m, nil
+}
+
+func busyPct(a, b MachineCPU) float64 {
+	if b.Total <= a.Total {
+		return 0
+	}
+	return 100 * float64(b.Busy-a.Busy) / float64(b.Total-a.Total)
+}

@@ -1,0 +1,388 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Target is one of the issue's targets, evaluated on the medians.
+type Target struct {
+	Name  string `json:"name"`
+	Goal  string `json:"goal"`
+	Value string `json:"value"`
+	Met   *bool  `json:"met"` // null: not measured
+	Note  string `json:"note,omitempty"`
+}
+
+// agg returns a scenario's aggregate of metric k (NaN median when absent).
+func (r *Result) agg(scenario, k string) Agg {
+	if s := r.Scenarios[scenario]; s != nil {
+		if a, ok := s.Aggregate[k]; ok {
+			return a
+		}
+	}
+	return Agg{Median: math.NaN(), Min: math.NaN(), Max: math.NaN()}
+}
+
+func (r *Result) med(scenario, k string) float64 { return r.agg(scenario, k).Median }
+
+func met(ok bool) *bool { return &ok }
+
+// decisionCases are the BenchmarkDecision cases of ordinary provider errors
+// (the 64 KiB message is reported apart).
+func (r *Result) decisionWorst() (ns, allocs float64, worstNs, worstAllocs string) {
+	ns, allocs = math.NaN(), math.NaN()
+	for name, m := range r.GoBench {
+		if !strings.HasPrefix(name, "BenchmarkDecision/") || strings.Contains(name, "long-message") {
+			continue
+		}
+		if v := m["ns_op"].Median; finite(v) && (math.IsNaN(ns) || v > ns) {
+			ns, worstNs = v, strings.TrimPrefix(name, "BenchmarkDecision/")
+		}
+		if v := m["allocs_op"].Median; finite(v) && (math.IsNaN(allocs) || v > allocs) {
+			allocs, worstAllocs = v, strings.TrimPrefix(name, "BenchmarkDecision/")
+		}
+	}
+	return
+}
+
+// evaluateTargets checks the issue's targets against the medians.
+func evaluateTargets(r *Result) []Target {
+	var ts []Target
+	add := func(name, goal string, value float64, ok func(float64) bool, format string, note string) {
+		t := Target{Name: name, Goal: goal, Note: note}
+		if finite(value) {
+			t.Value = fmt.Sprintf(format, value)
+			t.Met = met(ok(value))
+		} else {
+			t.Value = "not measured"
+		}
+		ts = append(ts, t)
+	}
+	le := func(lim float64) func(float64) bool { return func(v float64) bool { return v <= lim } }
+	ge := func(lim float64) func(float64) bool { return func(v float64) bool { return v >= lim } }
+
+	// Overhead.
+	for _, p := range []struct{ path, label string }{{pathREST, "REST+SSE"}, {pathGRPC, "gRPC"}} {
+		add("added TTFT p50, "+p.label, "≤ 0.5 ms", r.med("overhead", "added_ttft."+p.path+".p50"), le(0.5), "%.3f ms", "")
+		add("added TTFT p99, "+p.label, "≤ 2 ms", r.med("overhead", "added_ttft."+p.path+".p99"), le(2), "%.3f ms", "")
+		add("added TTFT p50 / floor's, "+p.label, "≤ 1.5×", r.med("overhead", "ratio_to_floor."+p.path+".p50"), le(1.5), "%.2f×",
+			fmt.Sprintf("floor (bare ReverseProxy) adds %.3f ms", r.med("overhead", "added_ttft.floor.p50")))
+	}
+	// CPU per chunk, capacity.
+	add("agentd CPU per relayed chunk per subscriber (fanout, 100 subscribers)", "≤ 40 µs",
+		r.med("fanout", "n100.cpu_us_per_chunk_per_sub"), le(40), "%.1f µs", "")
+	capChunk, capRate := math.NaN(), ""
+	if rate := r.med("capacity", "max_rate.le_10ms"); finite(rate) {
+		capChunk = r.med("capacity", fmt.Sprintf("rate.%g.cpu_us_per_chunk", rate))
+		capRate = fmt.Sprintf("at %g prompts/s, one subscriber per stream, the prompt's own work included", rate)
+	}
+	add("agentd CPU per relayed chunk (capacity)", "≤ 40 µs", capChunk, le(40), "%.1f µs", capRate)
+	add("concurrent streaming sessions with added p99 ≤ 10 ms", "≥ 1000", r.med("capacity", "concurrency_max.le_10ms"), ge(1000), "%.0f",
+		fmt.Sprintf("highest clean rate %g prompts/s", r.med("capacity", "max_rate.le_10ms")))
+	// Memory.
+	add("idle session (without its history), heap", "≤ 16 KiB", r.med("idle-memory", "bare.10000.heap_per_session_b")/1024, le(16), "%.1f KiB",
+		fmt.Sprintf("RSS %.1f KiB per session; history of two messages adds %.2f KiB of heap",
+			r.med("idle-memory", "bare.10000.rss_per_session_b")/1024, r.med("idle-memory", "10000.history_per_session_b")/1024))
+	add("idle SSE subscriber, heap + stacks", "≤ 32 KiB", r.med("idle-memory", "subscriber.heap_b")/1024, le(32), "%.1f KiB",
+		fmt.Sprintf("RSS %.1f KiB, %.1f goroutines per subscriber", r.med("idle-memory", "subscriber.rss_b")/1024, r.med("idle-memory", "subscriber.goroutines")))
+	live100k, rss100k := r.med("idle-memory", "100000.total_live_mib"), r.med("idle-memory", "100000.total_rss_mib")
+	add("100k idle sessions fit in 2 GiB (Go heap)", "≤ 2 GiB", live100k/1024, le(2), "%.2f GiB",
+		fmt.Sprintf("RSS %.2f GiB: most of the heap is allocated but not yet touched", rss100k/1024))
+	// Fan-out.
+	stall := r.med("fanout", "stall_effect.p99_ms")
+	nostall := r.med("fanout", "n100.nostall.last.p99")
+	add("a stalled subscriber adds nothing (last-subscriber p99 at 100, with − without)", "≤ noise (0.5 ms + 10%)", stall,
+		func(v float64) bool { return v <= 0.5+0.1*nostall }, "%+.3f ms",
+		fmt.Sprintf("without the stalled subscriber: %.3f ms; backlog toward the stalled one %.0f KiB", nostall, r.med("fanout", "n100.stalled_backlog_end_kib")))
+	add("last-subscriber p99 at 100 subscribers", "≤ 5 ms", r.med("fanout", "n100.last.p99"), le(5), "%.3f ms", "")
+	// Retry.
+	ns, allocs, worstNs, worstAllocs := r.decisionWorst()
+	add("retry decision time (Classify + Plan), worst ordinary error", "≤ 10 µs", ns/1000, le(10), "%.1f µs", worstNs)
+	add("retry decision allocations, worst ordinary error", "≤ 30", allocs, le(30), "%.0f", worstAllocs)
+	add("Redis round trips per prompt, happy path", "0", r.med("retry", "redis.happy.redis_trips_per_prompt"), le(0.05), "%.2f", "MONITOR, background subtracted")
+	add("Redis round trips per credential rotation", "≤ 1", r.med("retry", "redis.rotation.redis_trips_per_attempt"), le(1), "%.2f",
+		"the rotation prompt's round trips less a happy prompt's")
+	return ts
+}
+
+// f formats an aggregate: the median and, over several rounds, [min–max].
+func f(a Agg, format string) string {
+	if !finite(a.Median) {
+		return "–"
+	}
+	s := fmt.Sprintf(format, a.Median)
+	n := 0
+	for _, v := range a.Rounds {
+		if finite(v) {
+			n++
+		}
+	}
+	if n > 1 && a.Max != a.Min {
+		s += fmt.Sprintf(" <sub>["+format+"–"+format+"]</sub>", a.Min, a.Max)
+	}
+	return s
+}
+
+// Markdown renders the result as tables.
+func Markdown(r *Result) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	m := r.Machine
+	w("# agentd bench results\n\n")
+	w("Machine: %s, %d cores, %s RAM, Linux %s, %s, open files %s. agentd %s. %s, %d rounds",
+		m.CPUModel, m.Cores, m.MemTotal, m.Kernel, m.GoVersion, m.NoFile, orDash(r.Version), r.Started.UTC().Format("2006-01-02 15:04 UTC"), r.Rounds)
+	if r.Duration != "" {
+		w(", %s", r.Duration)
+	}
+	if r.Quick {
+		w(" (quick: smoke-test sizes, not comparable)")
+	}
+	w(".\nEach value is the median over the rounds, with [min–max] when they differ.\n\n")
+
+	if len(r.Targets) > 0 {
+		w("## Targets\n\n| target | goal | measured | met |\n|---|---|---|---|\n")
+		for _, t := range r.Targets {
+			mark := "not measured"
+			if t.Met != nil {
+				mark = map[bool]string{true: "**met**", false: "**not met**"}[*t.Met]
+			}
+			v := t.Value
+			if t.Note != "" {
+				v += " (" + t.Note + ")"
+			}
+			w("| %s | %s | %s | %s |\n", t.Name, t.Goal, v, mark)
+		}
+		w("\n")
+	}
+	if _, ok := r.Scenarios["overhead"]; ok {
+		mdOverhead(&b, r)
+	}
+	if _, ok := r.Scenarios["capacity"]; ok {
+		mdCapacity(&b, r)
+	}
+	if _, ok := r.Scenarios["idle-memory"]; ok {
+		mdIdle(&b, r)
+	}
+	if _, ok := r.Scenarios["fanout"]; ok {
+		mdFanout(&b, r)
+	}
+	if _, ok := r.Scenarios["retry"]; ok {
+		mdRetry(&b, r)
+	}
+	names := make([]string, 0, len(r.Scenarios))
+	for n := range r.Scenarios {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var notes []string
+	for _, n := range names {
+		s := r.Scenarios[n]
+		for _, e := range s.Errors {
+			notes = append(notes, fmt.Sprintf("- %s: error: %s", n, e))
+		}
+		for _, x := range s.Notes {
+			notes = append(notes, fmt.Sprintf("- %s: %s", n, x))
+		}
+	}
+	if len(notes) > 0 {
+		w("## Notes\n\n%s\n\n", strings.Join(notes, "\n"))
+	}
+	if len(r.ProfileTops) > 0 {
+		w("## Profiles\n\npprof profiles of agentd (last round) and their `go tool pprof -top` summaries:\n\n")
+		keys := make([]string, 0, len(r.ProfileTops))
+		for k := range r.ProfileTops {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			w("- `%s`\n", r.ProfileTops[k])
+		}
+		w("\n")
+	}
+	return b.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+func mdOverhead(b *strings.Builder, r *Result) {
+	a := func(k string) Agg { return r.agg("overhead", k) }
+	fmt.Fprintf(b, "## overhead — one request at a time\n\n")
+	fmt.Fprintf(b, "An 8-delta Anthropic stream, 2 ms between frames, %s requests per path per round, the paths interleaved. "+
+		"*Added* is the path's value less the direct path's (same percentile); added TTFT counts the request's way in "+
+		"(sent → the mock has it) plus the first delta's way out (the mock wrote it → the client read it), so the mock's "+
+		"own pacing is not in it.\n\n", f(a("ttft.direct.n"), "%.0f"))
+	fmt.Fprintf(b, "| path | TTFT p50 | TTFT p99 | added TTFT p50 | added TTFT p99 | added per chunk p50 / p99 | added gap p99 | added end of turn p50 / p99 |\n|---|---|---|---|---|---|---|---|\n")
+	labels := map[string]string{pathDirect: "direct to the mock", pathFloor: "bare ReverseProxy (floor)", pathREST: "agentd REST+SSE", pathGRPC: "agentd gRPC"}
+	for _, p := range overheadPaths {
+		if p == pathDirect {
+			fmt.Fprintf(b, "| %s | %s ms | %s ms | – | – | – | – | – |\n", labels[p], f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"))
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s ms | %s ms | %s ms | %s ms | %s / %s ms | %s ms | %s / %s ms |\n", labels[p],
+			f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"),
+			f(a("added_ttft."+p+".p50"), "%.3f"), f(a("added_ttft."+p+".p99"), "%.3f"),
+			f(a("added_chunk."+p+".p50"), "%.3f"), f(a("added_chunk."+p+".p99"), "%.3f"),
+			f(a("added_gap."+p+".p99"), "%.3f"),
+			f(a("added_end."+p+".p50"), "%.3f"), f(a("added_end."+p+".p99"), "%.3f"))
+	}
+	fmt.Fprintf(b, "\nagentd CPU per prompt at one request at a time: %s µs (%s µs per delta). Machine busy during the run: %s%%.\n\n",
+		f(a("cpu_us_per_prompt"), "%.0f"), f(a("cpu_us_per_chunk_c1"), "%.0f"), f(a("machine_busy_pct"), "%.0f"))
+}
+
+func mdCapacity(b *strings.Builder, r *Result) {
+	a := func(k string) Agg { return r.agg("capacity", k) }
+	fmt.Fprintf(b, "## capacity — open-loop sweep\n\n")
+	fmt.Fprintf(b, "Prompts at a fixed rate on idle sessions of a pool, half over REST+SSE and half over gRPC; each stream %s text deltas, "+
+		"%s ms between frames. Latency counts from each prompt's scheduled time. *Added* p99 is the larger of the TTFT's "+
+		"(way in + first delta's way out) and the per-chunk transit's (mock write → client read). CPU per chunk is agentd's CPU "+
+		"time over the text deltas delivered, the prompts' own work included.\n\n", f(a("tokens"), "%.0f"), f(a("chunk_ms"), "%.0f"))
+	fmt.Fprintf(b, "| prompts/s | concurrent streams | added p99 | TTFT added p99 SSE / gRPC | chunk p99 SSE / gRPC | errors + drops | agentd CPU | CPU µs / chunk | provider conns / prompt | machine busy |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	rates := map[float64]bool{}
+	for _, s := range r.Scenarios["capacity"].Rounds {
+		for k := range s {
+			var rate float64
+			if _, err := fmt.Sscanf(k, "rate.%g.prompts", &rate); err == nil {
+				rates[rate] = true
+			}
+		}
+	}
+	var rs []float64
+	for x := range rates {
+		rs = append(rs, x)
+	}
+	slices.Sort(rs)
+	for _, x := range rs {
+		p := fmt.Sprintf("rate.%g.", x)
+		bad := Agg{Median: math.NaN()}
+		var vals []float64
+		for i := range r.Scenarios["capacity"].Rounds {
+			rr := r.Scenarios["capacity"].Rounds[i]
+			if _, ok := rr[p+"prompts"]; ok {
+				vals = append(vals, rr[p+"errors"]+rr[p+"dropped"]+rr[p+"no_session"])
+			}
+		}
+		bad = Aggregate(roundsOf(vals))["v"]
+		fmt.Fprintf(b, "| %g | %s | %s ms | %s / %s ms | %s / %s ms | %s | %s%% | %s | %s | %s%% |\n", x,
+			f(a(p+"inflight.mean"), "%.0f"), f(a(p+"added.p99"), "%.2f"),
+			f(a(p+"ttft_added.sse.p99"), "%.2f"), f(a(p+"ttft_added.grpc.p99"), "%.2f"),
+			f(a(p+"chunk.sse.p99"), "%.2f"), f(a(p+"chunk.grpc.p99"), "%.2f"),
+			f(bad, "%.0f"), f(a(p+"agentd_cpu_pct"), "%.0f"), f(a(p+"cpu_us_per_chunk"), "%.1f"),
+			f(a(p+"provider_conns_per_prompt"), "%.2f"), f(a(p+"machine_busy_pct"), "%.0f"))
+	}
+	fmt.Fprintf(b, "\n| added p99 ≤ | highest clean rate (prompts/s) | concurrent streams |\n|---|---|---|\n")
+	for _, lim := range []string{"1", "5", "10", "50"} {
+		fmt.Fprintf(b, "| %s ms | %s | %s |\n", lim, f(a("max_rate.le_"+lim+"ms"), "%.0f"), f(a("concurrency.le_"+lim+"ms"), "%.0f"))
+	}
+	fmt.Fprintf(b, "\n")
+}
+
+func roundsOf(vals []float64) []Metrics {
+	out := make([]Metrics, len(vals))
+	for i, v := range vals {
+		out[i] = Metrics{"v": v}
+	}
+	return out
+}
+
+func mdIdle(b *strings.Builder, r *Result) {
+	a := func(k string) Agg { return r.agg("idle-memory", k) }
+	kib := func(k string) Agg {
+		x := a(k)
+		x.Median, x.Min, x.Max = x.Median/1024, x.Min/1024, x.Max/1024
+		return x
+	}
+	fmt.Fprintf(b, "## idle-memory\n\nSessions on the default configuration, created bare, then given one prompt each "+
+		"(a history of two short messages, on the simulated provider). Heap is Go's HeapAlloc + StackInuse after a forced GC; "+
+		"RSS is /proc's VmRSS. Per-session values are the growth over the level divided by its sessions.\n\n")
+	fmt.Fprintf(b, "| sessions | heap / session bare | heap / session with history | history part | RSS / session | total heap | total RSS | page tables |\n|---|---|---|---|---|---|---|---|\n")
+	for _, lv := range []string{"10000", "100000", "200", "500"} {
+		if !finite(a(lv + ".total_live_mib").Median) {
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s KiB | %s KiB | %s KiB | %s KiB | %s MiB | %s MiB | %s MiB |\n", lv,
+			f(kib("bare."+lv+".heap_per_session_b"), "%.1f"), f(kib(lv+".heap_per_session_b"), "%.1f"),
+			f(kib(lv+".history_per_session_b"), "%.2f"), f(kib(lv+".rss_per_session_b"), "%.1f"),
+			f(a(lv+".total_live_mib"), "%.0f"), f(a(lv+".total_rss_mib"), "%.0f"), f(a(lv+".pte_mib"), "%.0f"))
+	}
+	fmt.Fprintf(b, "\nIdle SSE subscribers (%s, one per session, GET …/events reading nothing after the headers): "+
+		"%s KiB heap + stacks each (of which stacks %s KiB), %s KiB RSS each, %s goroutines each.\n\n",
+		f(a("subscribers"), "%.0f"), f(kib("subscriber.heap_b"), "%.1f"), f(kib("subscriber.stack_b"), "%.1f"),
+		f(kib("subscriber.rss_b"), "%.1f"), f(a("subscriber.goroutines"), "%.1f"))
+	fmt.Fprintf(b, "After the load: RSS %s MiB once the subscribers left; after deleting every session (%s s) %s MiB, "+
+		"%s MiB after a forced GC (Go heap %s MiB); peak RSS %s MiB.\n\n",
+		f(a("subscribers_gone.rss_mib"), "%.0f"), f(a("delete_s"), "%.1f"), f(a("after.rss_mib"), "%.0f"),
+		f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
+}
+
+func mdFanout(b *strings.Builder, r *Result) {
+	a := func(k string) Agg { return r.agg("fanout", k) }
+	fmt.Fprintf(b, "## fanout — one session, many subscribers\n\nHalf the subscribers follow over SSE, half over gRPC; "+
+		"one more SSE subscriber is stalled (reads nothing, 4 KiB receive buffer, fed a few thousand events first, so that "+
+		"agentd's writes to it are blocked). Three paced prompts of 40 deltas, 50 ms apart, per level. Last-subscriber latency: "+
+		"per chunk, the latest read over all subscribers less the mock's write.\n\n")
+	fmt.Fprintf(b, "| subscribers | stalled one | last-subscriber p50 | p99 | max | any subscriber p99 | CPU µs / chunk / subscriber | backlog toward the stalled one |\n|---|---|---|---|---|---|---|---|\n")
+	for _, n := range []string{"1", "10", "100", "1000"} {
+		for _, suffix := range []string{"", ".nostall"} {
+			p := "n" + n + suffix + "."
+			if !finite(a(p + "last.p99").Median) {
+				continue
+			}
+			st := "yes"
+			backlog := f(a(p+"stalled_backlog_end_kib"), "%.0f") + " KiB"
+			if suffix != "" {
+				st, backlog = "no", "–"
+			}
+			fmt.Fprintf(b, "| %s | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", n, st,
+				f(a(p+"last.p50"), "%.3f"), f(a(p+"last.p99"), "%.3f"), f(a(p+"last.max"), "%.3f"),
+				f(a(p+"each.p99"), "%.3f"), f(a(p+"cpu_us_per_chunk_per_sub"), "%.1f"), backlog)
+		}
+	}
+	fmt.Fprintf(b, "\n")
+}
+
+func mdRetry(b *strings.Builder, r *Result) {
+	a := func(k string) Agg { return r.agg("retry", k) }
+	fmt.Fprintf(b, "## retry\n\n")
+	if len(r.GoBench) > 0 {
+		fmt.Fprintf(b, "Go benchmarks of `internal/retry` (`go test -bench`, one run per round):\n\n| benchmark | ns/op | B/op | allocs/op |\n|---|---|---|---|\n")
+		names := make([]string, 0, len(r.GoBench))
+		for n := range r.GoBench {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			m := r.GoBench[n]
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", strings.TrimPrefix(n, "Benchmark"), f(m["ns_op"], "%.0f"), f(m["b_op"], "%.0f"), f(m["allocs_op"], "%.0f"))
+		}
+		fmt.Fprintf(b, "\n")
+	}
+	fmt.Fprintf(b, "End to end through agentd and the mock (gRPC prompts, 8-delta answers, base_delay_ms 1). Per attempt: the phase's "+
+		"per-prompt value less the happy path's, over its failed attempts. Round trips are the commands clients sent (MONITOR); "+
+		"commands include those Lua scripts ran (INFO commandstats); both less the idle background (%s round trips/s).\n\n",
+		f(a("redis.redis_background_trips_per_s"), "%.1f"))
+	fmt.Fprintf(b, "| store | phase | CPU µs / prompt | CPU µs / retried attempt | events / prompt | events / attempt | Redis round trips / prompt | round trips / attempt | Redis commands / prompt |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, store := range []string{"memory", "redis"} {
+		for _, ph := range []string{"happy", "retried", "rotation", "fallback"} {
+			k := store + "." + ph + "."
+			if !finite(a(k + "cpu_us_per_prompt").Median) {
+				continue
+			}
+			label := map[string]string{"happy": "happy path", "retried": "3 × 503, then ok", "rotation": "usage limit → credential switch", "fallback": "529 → model fallback"}[ph]
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", store, label,
+				f(a(k+"cpu_us_per_prompt"), "%.0f"), f(a(k+"cpu_us_per_attempt"), "%.0f"),
+				f(a(k+"events_per_prompt"), "%.1f"), f(a(k+"events_per_attempt"), "%.1f"),
+				f(a(k+"redis_trips_per_prompt"), "%.2f"), f(a(k+"redis_trips_per_attempt"), "%.2f"),
+				f(a(k+"redis_cmds_per_prompt"), "%.1f"))
+		}
+	}
+	fmt.Fprintf(b, "\n")
+}
