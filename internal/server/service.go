@@ -114,7 +114,7 @@ func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStr
 	defer sub.Close()
 	// The stream ends with this prompt's prompt_end. A client that goes away
 	// does not stop the prompt: it can follow it with StreamEvents.
-	return a.forward(ctx, sub, stream, func(e session.Event) bool {
+	return a.forward(ctx, sub, stream, true, func(e session.Event) bool {
 		return e.Type == session.EventPromptEnd && e.PromptID == promptID
 	})
 }
@@ -147,12 +147,12 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 		return invalidArg("after_seq", "%v", err)
 	}
 	defer sub.Close()
-	return a.forward(ctx, sub, stream, func(session.Event) bool { return false })
+	return a.forward(ctx, sub, stream, false, func(session.Event) bool { return false })
 }
 
 // forward sends events until last reports the final one, the client goes
 // away, the log closes or the server drains.
-func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], last func(session.Event) bool) error {
+func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], prompt bool, last func(session.Event) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -165,6 +165,9 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 	for {
 		e, err := sub.Next(ctx)
 		switch {
+		case errors.Is(err, session.ErrLogClosed) && prompt:
+			// The session went away before its prompt ended.
+			return status.Error(codes.Unavailable, "the session was deleted or the server stopped before the prompt ended")
 		case errors.Is(err, session.ErrLogClosed):
 			return nil
 		case err != nil && ctx.Err() != nil && stream.Context().Err() == nil:

@@ -368,26 +368,38 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.abort(ctx, "session deleted"); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	if m.sessions[id] != s {
-		m.mu.Unlock()
+	// Deleted first, under the same lock as the abort: no prompt can start
+	// in between.
+	s.mu.Lock()
+	if s.deleted {
+		s.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
+	s.deleted = true
+	done := s.abortLocked("session deleted")
+	s.mu.Unlock()
+	var waitErr error
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			// The aborted run ends on its own; the session goes regardless.
+			waitErr = fmt.Errorf("the running prompt had not ended when the session was removed: %w", ctx.Err())
+		}
+	}
+	m.mu.Lock()
 	delete(m.sessions, id)
 	m.mu.Unlock()
-	s.mu.Lock()
-	s.deleted = true
-	s.mu.Unlock()
 	s.log.close()
 	for _, p := range m.providers {
 		if f, ok := p.Client.(provider.Forgetter); ok {
 			f.Forget(id)
 		}
 	}
-	return m.opts.History.Delete(ctx, id)
+	if err := m.opts.History.Delete(context.WithoutCancel(ctx), id); err != nil {
+		return err
+	}
+	return waitErr
 }
 
 // Subscribers is the number of event readers over every session.

@@ -93,6 +93,11 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		// A classifier refusal continues only on a fallback model; without one
 		// the chain ends silently (no auto_retry_start), counters reset.
 		s.mu.Lock()
+		if attempt > 1 {
+			// The source ends the chain silently; a chain that already
+			// announced retries still gets its end, so clients can close it.
+			s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt - 1, FinalError: errMsg})
+		}
 		s.retryAttempt, s.gateOpen = 0, false
 		s.m.opts.Observer.ChainEnded(ChainRefusalNoFallback)
 		s.mu.Unlock()
@@ -120,6 +125,16 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		// Superseded while deciding: end silently; run resolves the gate.
 		s.mu.Unlock()
 		return false, errMsg
+	}
+	if s.retryAborted {
+		// AbortRetry arrived while steps 7–8 ran (the gate was open, no sleep
+		// yet): the retry is cancelled before it starts.
+		s.retryAborted = false
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: finalCancelled})
+		s.chainEndedLocked(ChainCancelled, attempt, finalCancelled)
+		s.retryAttempt, s.gateOpen = 0, false
+		s.mu.Unlock()
+		return false, finalCancelled
 	}
 	// 10. auto_retry_start.
 	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries,

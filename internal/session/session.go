@@ -200,15 +200,16 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 		}
 	}
 
-	s.m.mu.RLock()
-	closed := s.m.closed
-	s.m.mu.RUnlock()
-	if closed {
-		return "", nil, ErrClosed
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Holding the manager's lock (after the session's: the only order they
+	// are taken in together) until the run is counted: Close either sees
+	// this run or refuses it.
+	s.m.mu.RLock()
+	defer s.m.mu.RUnlock()
 	switch {
+	case s.m.closed:
+		return "", nil, ErrClosed
 	case s.deleted:
 		return "", nil, fmt.Errorf("%w: %s", ErrNotFound, s.id)
 	case s.gateOpen:
@@ -263,6 +264,7 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string) {
 	if outcome == OutcomeAborted && errText == "" {
 		errText = s.abortCause
 	}
+	s.closeDanglingToolCallsLocked(ctx, promptID)
 	// Every exit path resolves the gate.
 	s.gateOpen, s.retryAborted, s.sleepCancel = false, false, nil
 	s.retryAttempt = 0

@@ -164,3 +164,35 @@ func (s *Session) SubmitToolResults(results []ToolResult) error {
 	}
 	return nil
 }
+
+// closeDanglingToolCallsLocked gives an error result to the completed tool
+// calls of a turn that failed or was aborted and will not be replayed: a
+// provider refuses a conversation whose tool call has no result, so without
+// this every later prompt of the session would fail.
+func (s *Session) closeDanglingToolCallsLocked(ctx context.Context, promptID string) {
+	n := len(s.context)
+	if n == 0 {
+		return
+	}
+	last := &s.context[n-1]
+	if last.Role != provider.RoleAssistant || (last.StopReason != provider.StopError && last.StopReason != provider.StopAborted) {
+		return
+	}
+	calls := toolCallsOf(last)
+	if len(calls) == 0 {
+		return
+	}
+	reason := "not executed: the turn failed (" + last.ErrorMessage + ")"
+	if last.StopReason == provider.StopAborted {
+		reason = "not executed: the turn was aborted"
+	}
+	msg := provider.Message{Role: provider.RoleTool}
+	for _, c := range calls {
+		msg.Content = append(msg.Content, provider.Block{Type: provider.BlockToolResult, ToolCallID: c.CallID,
+			ToolName: c.Name, Text: reason, IsError: true})
+	}
+	if err := s.persistLocked(ctx, promptID, msg, nil); err != nil {
+		s.m.log.Error("persist tool results", "session", s.id, "err", err)
+	}
+	s.context = append(s.context, msg)
+}
