@@ -64,7 +64,13 @@ func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
 	errs := map[string]int{}
 	cpu0 := a.Sample()
 	mach0 := ReadMachineCPU()
+	var stopProfile func()
 	for i := range total {
+		if i == p.Warmup && e.profiling(round) {
+			// The agentd requests take about half of the remaining time.
+			d := time.Duration(p.N*len(overheadPaths)*(p.Tokens+6)*p.ChunkMs) * time.Millisecond
+			stopProfile = e.CPUProfile(ctx, a, "overhead-cpu", d)
+		}
 		for k := range overheadPaths {
 			path := overheadPaths[(i+k)%len(overheadPaths)]
 			t := &Turn{}
@@ -103,6 +109,9 @@ func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
 	}
 	cpu1 := a.Sample()
 	mach1 := ReadMachineCPU()
+	if stopProfile != nil {
+		stopProfile()
+	}
 
 	m := Metrics{}
 	type dists struct{ ttft, inbound, firstTransit, overhead, transit, gap, end Dist }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -95,6 +96,9 @@ func evaluateTargets(r *Result) []Target {
 	// Fan-out.
 	stall := r.med("fanout", "stall_effect.p99_ms")
 	nostall := r.med("fanout", "n100.nostall.last.p99")
+	if !finite(nostall) {
+		stall = math.NaN()
+	}
 	add("a stalled subscriber adds nothing (last-subscriber p99 at 100, with − without)", "≤ noise (0.5 ms + 10%)", stall,
 		func(v float64) bool { return v <= 0.5+0.1*nostall }, "%+.3f ms",
 		fmt.Sprintf("without the stalled subscriber: %.3f ms; backlog toward the stalled one %.0f KiB", nostall, r.med("fanout", "n100.stalled_backlog_end_kib")))
@@ -249,9 +253,12 @@ func mdCapacity(b *strings.Builder, r *Result) {
 	rates := map[float64]bool{}
 	for _, s := range r.Scenarios["capacity"].Rounds {
 		for k := range s {
-			var rate float64
-			if _, err := fmt.Sscanf(k, "rate.%g.prompts", &rate); err == nil {
-				rates[rate] = true
+			if rest, ok := strings.CutPrefix(k, "rate."); ok {
+				if v, ok := strings.CutSuffix(rest, ".prompts"); ok {
+					if rate, err := strconv.ParseFloat(v, 64); err == nil {
+						rates[rate] = true
+					}
+				}
 			}
 		}
 	}
@@ -262,7 +269,6 @@ func mdCapacity(b *strings.Builder, r *Result) {
 	slices.Sort(rs)
 	for _, x := range rs {
 		p := fmt.Sprintf("rate.%g.", x)
-		bad := Agg{Median: math.NaN()}
 		var vals []float64
 		for i := range r.Scenarios["capacity"].Rounds {
 			rr := r.Scenarios["capacity"].Rounds[i]
@@ -270,7 +276,7 @@ func mdCapacity(b *strings.Builder, r *Result) {
 				vals = append(vals, rr[p+"errors"]+rr[p+"dropped"]+rr[p+"no_session"])
 			}
 		}
-		bad = Aggregate(roundsOf(vals))["v"]
+		bad := Aggregate(roundsOf(vals))["v"]
 		fmt.Fprintf(b, "| %g | %s | %s ms | %s / %s ms | %s / %s ms | %s | %s%% | %s | %s | %s%% |\n", x,
 			f(a(p+"inflight.mean"), "%.0f"), f(a(p+"added.p99"), "%.2f"),
 			f(a(p+"ttft_added.sse.p99"), "%.2f"), f(a(p+"ttft_added.grpc.p99"), "%.2f"),

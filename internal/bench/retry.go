@@ -223,7 +223,9 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 				parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(v)/n))
 			}
 			sort.Strings(parts)
-			e.Note("retry", "%s %s: Redis round trips per prompt (background included): %s", store, ph.name, strings.Join(parts, ", "))
+			if round == 1 {
+				e.Note("retry", "%s %s, round 1: Redis round trips per prompt (background included): %s", store, ph.name, strings.Join(parts, ", "))
+			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		_ = c.DeleteSessions(dctx, ids, 8)
