@@ -40,9 +40,12 @@ type eventLog struct {
 	now       func() time.Time
 	onDrop    func() // a reader fell behind and was cut off
 
-	mu     sync.Mutex
-	ring   []Event // ring[(seq-1) % len(ring)] holds seq
-	next   uint64  // the seq the next event gets
+	mu sync.Mutex
+	// ring[(seq-1) % size] holds seq. It grows as events come, up to size:
+	// an idle session costs no buffer.
+	ring   []Event
+	size   uint64
+	next   uint64 // the seq the next event gets
 	wake   chan struct{}
 	closed bool
 	subs   int
@@ -52,7 +55,7 @@ func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()
 	if onDrop == nil {
 		onDrop = func() {}
 	}
-	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, ring: make([]Event, size), next: 1, wake: make(chan struct{})}
+	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), next: 1, wake: make(chan struct{})}
 }
 
 // publish stamps e with the next seq and the time, stores it and wakes
@@ -66,7 +69,11 @@ func (l *eventLog) publish(e Event) Event {
 	e.SessionID = l.sessionID
 	e.Seq = l.next
 	e.Time = l.now()
-	l.ring[(e.Seq-1)%uint64(len(l.ring))] = e
+	if uint64(len(l.ring)) < l.size {
+		l.ring = append(l.ring, e)
+	} else {
+		l.ring[(e.Seq-1)%l.size] = e
+	}
 	l.next++
 	close(l.wake)
 	l.wake = make(chan struct{})
@@ -82,10 +89,10 @@ func (l *eventLog) lastSeq() uint64 {
 
 // oldestLocked is the oldest seq still held.
 func (l *eventLog) oldestLocked() uint64 {
-	if l.next-1 <= uint64(len(l.ring)) {
+	if l.next-1 <= l.size {
 		return 1
 	}
-	return l.next - uint64(len(l.ring))
+	return l.next - l.size
 }
 
 // close ends every reader once it has read what is there.
@@ -156,7 +163,7 @@ func (s *Subscription) fill(ctx context.Context) error {
 		const batch = 256
 		n = min(n, batch)
 		for seq := s.after + 1; seq <= s.after+n; seq++ {
-			s.buf = append(s.buf, l.ring[(seq-1)%uint64(len(l.ring))])
+			s.buf = append(s.buf, l.ring[(seq-1)%l.size])
 		}
 		l.mu.Unlock()
 		return nil
