@@ -485,7 +485,7 @@ func (c facts) transient() (string, bool) {
 // accountRateLimited reports an account-level rate limit (a usage limit)
 // that is not explicitly per-minute throttling.
 func accountRateLimited(w string) bool {
-	return strings.Contains(w, "account") && accountRateLimitRE.MatchString(w) && !perMinuteRE.match(w)
+	return strings.Contains(w, "account") && accountNearRateLimit(w) && !perMinuteRE.match(w)
 }
 
 // limitReason is the reference's parseRateLimitReason result.

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"regexp"
+	"strings"
 )
 
 // The classifier's phrase families. Every pattern runs on words(message):
@@ -276,10 +277,40 @@ var usageRE = wordPhrases(
 	`daily (?:limit|quota)`,
 )
 
-// accountRateLimitRE is the reference's account-rate-limit pattern: an
-// account-level rate limit is a usage limit. It uses \b exactly as the
-// reference does (so "account/rate-limits" in an OpenAI URL does not match).
-var accountRateLimitRE = regexp.MustCompile(`\baccount(?:'s)?\b[^\n]{0,80}\brate.?limit\b|\brate.?limit\b[^\n]{0,80}\baccount\b`)
+// The reference's account-rate-limit pattern is
+//
+//	\baccount(?:'s)?\b[^\n]{0,80}\brate.?limit\b|\brate.?limit\b[^\n]{0,80}\baccount\b
+//
+// an account-level rate limit is a usage limit. As one regexp its bounded
+// repetition makes Go's matcher backtrack over every position (tens of µs
+// per message); accountNearRateLimit finds the two words with these two
+// small patterns and checks the distance itself. \b as the reference (so
+// "account/rate-limits" in an OpenAI URL does not match).
+var (
+	accountWordRE   = regexp.MustCompile(`\baccount(?:'s)?\b`)
+	rateLimitWordRE = regexp.MustCompile(`\brate.?limit\b`)
+)
+
+// accountNearRateLimit reports whether "account" and "rate limit" stand
+// within 80 characters of each other on one line, in either order.
+func accountNearRateLimit(w string) bool {
+	accounts := accountWordRE.FindAllStringIndex(w, -1)
+	if accounts == nil {
+		return false
+	}
+	limits := rateLimitWordRE.FindAllStringIndex(w, -1)
+	within := func(from, to int) bool {
+		return from <= to && to-from <= 80 && !strings.Contains(w[from:to], "\n")
+	}
+	for _, a := range accounts {
+		for _, r := range limits {
+			if within(a[1], r[0]) || within(r[1], a[0]) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // perMinuteRE: explicit per-minute/per-second wording. It keeps the account
 // pattern from turning ordinary throttling into a usage limit.
