@@ -61,7 +61,8 @@ type Server struct {
 	gwConn           *grpc.ClientConn
 
 	draining atomic.Bool
-	done     chan struct{}
+	drain    context.Context // done when the server drains
+	drained  context.CancelFunc
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -82,7 +83,8 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, done: make(chan struct{}), registry: prometheus.NewRegistry(), now: time.Now}
+	s := &Server{cfg: cfg, log: log, registry: prometheus.NewRegistry(), now: time.Now}
+	s.drain, s.drained = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
@@ -141,7 +143,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), auth.stream),
 	)
 	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, time.Duration(cfg.HTTP.TicketTTLMs)*time.Millisecond, s.now)
-	agentdv1.RegisterAgentServiceServer(s.grpcSrv, &agentService{sessions: s.sessions, tickets: s.tickets, done: s.done})
+	agentdv1.RegisterAgentServiceServer(s.grpcSrv, &agentService{sessions: s.sessions, tickets: s.tickets, drain: s.drain})
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
@@ -301,7 +303,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		if err := s.sessions.Close(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		close(s.done)
+		s.drained()
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 		}

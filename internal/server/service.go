@@ -21,7 +21,7 @@ type agentService struct {
 	agentdv1.UnimplementedAgentServiceServer
 	sessions *session.Manager
 	tickets  *ticketAuthority
-	done     <-chan struct{} // closed when the server drains
+	drain    context.Context // done when the server drains
 }
 
 func (a *agentService) session(ctx context.Context, id string) (*session.Session, error) {
@@ -155,13 +155,8 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], prompt bool, last func(session.Event) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-a.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	// No goroutine per stream: the drain cancels it through a callback.
+	defer context.AfterFunc(a.drain, cancel)()
 	for {
 		e, err := sub.Next(ctx)
 		switch {
