@@ -53,6 +53,11 @@ console-screenshots: ## Rewrite docs/console-*.png from the browser tests
 test-short: ## Tests only (with -race), no lint or generation check
 	go test -race -count=1 ./...
 
+.PHONY: bench
+bench: ## Load tests of agentd against a bare-proxy floor (~10 min, not part of test): bench/results.{md,json}, see BENCHMARKS.md
+	go build -o bench/bin/agentd ./cmd/agentd
+	bench/bin/agentd bench --out bench $(BENCH_ARGS)
+
 .PHONY: vet
 vet: ## go vet and gofmt
 	go vet ./...

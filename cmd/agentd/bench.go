@@ -49,6 +49,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
 	}
+	if len(args) > 0 && args[0] == "floor-proxy" {
+		return runFloorProxy(args[1:], stdout, stderr)
+	}
 	self, _ := os.Executable()
 	bin := fs.String("agentd", self, "the agentd binary to test")
 	out := fs.String("out", "bench", "output directory")
@@ -91,6 +94,25 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "agentd bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// runFloorProxy is "agentd bench floor-proxy --target URL" (used by the
+// bench itself): the bare httputil.ReverseProxy floor as a process.
+func runFloorProxy(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench floor-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := fs.String("target", "", "the URL to proxy to (the mock provider)")
+	if err := fs.Parse(args); err != nil || *target == "" {
+		fmt.Fprintln(stderr, "usage: agentd bench floor-proxy --target URL")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := bench.RunFloorProxy(ctx, *target, stdout); err != nil {
+		fmt.Fprintln(stderr, "agentd bench floor-proxy:", err)
 		return 1
 	}
 	return 0

@@ -21,12 +21,13 @@ const mockUsage = `Usage: agentd mock-provider [--listen ADDR] [--delay-ms N] [-
 A mock LLM provider for chaos testing: it speaks the streaming formats of
 Anthropic Messages (POST …/messages), OpenAI Responses (…/responses) and
 OpenAI Chat Completions (…/chat/completions), and plays fault scripts — the
-simulated provider's grammar — from the X-Mock-Faults header, from a
-[[faults: …]] directive in the prompt, or from --faults. The n-th request
+simulated provider's grammar — from a [[faults: …]] directive in the
+prompt, else the X-Mock-Faults header, else --faults. The n-th request
 carrying the same prompt text plays the n-th step, so a retry of
 "hello [[faults: 529,429:retry-after=2,ok]]" meets the 429, the next one the
-answer. Per request: X-Mock-Tokens, X-Mock-Delay-Ms, X-Mock-Chunk-Delay-Ms,
-X-Mock-Stamp. GET /mock/stats shows the counters.
+answer. Per request: [[tokens: N]] or X-Mock-Tokens, [[pace: first=MS,
+chunk=MS]] or X-Mock-Delay-Ms and X-Mock-Chunk-Delay-Ms, X-Mock-Stamp.
+GET /mock/stats shows the counters.
 
 Point agentd (or any client) at it:
   providers: [{name: mock, kind: anthropic, base_url: http://127.0.0.1:8090, credentials: [{id: k1, api_key: any}]}]

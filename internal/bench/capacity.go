@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,16 +24,17 @@ type capacityParams struct {
 	Limits      []float64     // added p99 thresholds (ms)
 	StopErrFrac float64       // a step with more errors or drops than this ends the sweep
 	StopP99     float64       // … or with an added p99 above this (ms)
+	FloorRate   int           // the rate also run through the bare proxy
 }
 
 func capacityParamsFor(quick bool) capacityParams {
 	p := capacityParams{
-		Rates: []int{50, 100, 200, 300, 400, 500, 600, 800},
-		Step:  8 * time.Second, Warm: 3 * time.Second, Tokens: 20, ChunkMs: 50,
-		Limits: []float64{1, 5, 10, 50}, StopErrFrac: 0.01, StopP99: 1000,
+		Rates: []int{100, 200, 300, 400, 500, 600, 800},
+		Step:  7 * time.Second, Warm: 2 * time.Second, Tokens: 20, ChunkMs: 50,
+		Limits: []float64{1, 5, 10, 50}, StopErrFrac: 0.01, StopP99: 1000, FloorRate: 300,
 	}
 	if quick {
-		p.Rates, p.Step, p.Warm, p.Tokens, p.ChunkMs = []int{10, 20}, 2*time.Second, 500*time.Millisecond, 5, 20
+		p.Rates, p.Step, p.Warm, p.Tokens, p.ChunkMs, p.FloorRate = []int{20}, 1500*time.Millisecond, 300*time.Millisecond, 5, 10, 20
 	}
 	if v := os.Getenv("AGENTD_BENCH_CAPACITY_RATES"); v != "" {
 		var rates []int
@@ -125,6 +127,113 @@ func runCapacity(ctx context.Context, e *Env, round int) (Metrics, error) {
 		}
 	}
 	m["concurrency_max.le_10ms"] = maxConc
+	if ctx.Err() == nil {
+		fm, err := floorStep(ctx, e, round, p)
+		for k, v := range fm {
+			m["floor."+k] = v
+		}
+		if err != nil {
+			e.Note("capacity", "round %d floor: %v", round, err)
+		}
+		if x, y := m[fmt.Sprintf("rate.%d.cpu_us_per_chunk", p.FloorRate)], m["floor.cpu_us_per_chunk"]; y > 0 {
+			m["cpu_per_chunk_ratio_to_floor"] = x / y
+		}
+	}
+	return m, nil
+}
+
+// floorStep runs FloorRate through the bare reverse proxy, a process of
+// its own, straight to the mock: the same streams, no agentd. Its CPU per
+// chunk is the floor of what relaying a chunk costs on this machine.
+func floorStep(ctx context.Context, e *Env, round int, p capacityParams) (Metrics, error) {
+	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer fp.Stop(5 * time.Second)
+	hc := NewHTTPClient()
+	defer hc.CloseIdleConnections()
+	headers := map[string]string{
+		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
+	}
+	rate := p.FloorRate
+	streamDur := p.streamDuration()
+	total := int(float64(rate) * p.Step.Seconds())
+	interval := time.Second / time.Duration(rate)
+	var mu sync.Mutex
+	turns := make([]*Turn, 0, total)
+	var wg sync.WaitGroup
+	t0 := time.Now().Add(20 * time.Millisecond)
+	winStart, winEnd := t0.Add(p.Warm), t0.Add(p.Step)
+	var s0, s1 ProcSample
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		time.Sleep(time.Until(winStart))
+		s0 = fp.Sample()
+		time.Sleep(time.Until(winEnd))
+		s1 = fp.Sample()
+	}()
+	for i := range total {
+		due := t0.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := &Turn{Due: due.UnixNano(), Deltas: make([]Delta, 0, p.Tokens)}
+			pctx, cancel := context.WithTimeout(ctx, streamDur+30*time.Second)
+			t.Err = ProviderCall(pctx, hc, fp.URL, fmt.Sprintf("floor round %d prompt %d", round, i), headers, t)
+			cancel()
+			mu.Lock()
+			turns = append(turns, t)
+			mu.Unlock()
+		}()
+		if i%64 == 0 {
+			e.Prog.Update("floor at %d/s: %d/%d sent", rate, i, total)
+		}
+	}
+	wg.Wait()
+	<-samplerDone
+	var added, transit Dist
+	errs, chunks := 0, 0
+	w0, w1 := winStart.UnixNano(), winEnd.UnixNano()
+	for _, t := range turns {
+		if t.Err != nil || len(t.Deltas) != p.Tokens {
+			errs++
+			continue
+		}
+		for _, d := range t.Deltas {
+			if d.Recv >= w0 && d.Recv < w1 {
+				chunks++
+			}
+		}
+		if t.Due < w0 || t.Due >= w1 {
+			continue
+		}
+		f := t.Deltas[0]
+		added.Add(ms((f.Arrival - t.Due) + (f.Recv - f.Write)))
+		for _, d := range t.Deltas {
+			transit.Add(ms(d.Recv - d.Write))
+		}
+	}
+	m := Metrics{"rate": float64(rate), "errors": float64(errs)}
+	m.PutSummary("ttft_added", added.Summary())
+	m.PutSummary("chunk", transit.Summary())
+	m["added.p99"] = math.Max(added.Q(.99), transit.Q(.99))
+	if win := s1.At.Sub(s0.At); win > 0 {
+		m["cpu_pct"] = 100 * float64(s1.CPU-s0.CPU) / float64(win)
+	}
+	if chunks > 0 {
+		m["cpu_us_per_chunk"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(chunks)
+	}
 	return m, nil
 }
 
@@ -303,6 +412,9 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 		m["mock_cpu_pct"] = 100 * float64(k1.CPU-k0.CPU) / float64(win)
 		m["bench_cpu_pct"] = 100 * float64(b1.CPU-b0.CPU) / float64(win)
 		m["machine_busy_pct"] = busyPct(mach0, mach1)
+		m["tool_cpu_pct"] = m["mock_cpu_pct"] + m["bench_cpu_pct"]
+		cores := float64(runtime.NumCPU())
+		m["other_cpu_pct"] = max(m["machine_busy_pct"]*cores-m["agentd_cpu_pct"]-m["tool_cpu_pct"], 0)
 		m["chunks_per_s"] = float64(chunks) / win.Seconds()
 	}
 	if chunks > 0 {

@@ -294,7 +294,15 @@ func (c *Client) doSSE(req *http.Request, t *Turn) error {
 	if err == nil && strings.HasPrefix(t.Outcome, "error") {
 		err = errors.New(t.Outcome)
 	}
+	drain(resp.Body)
 	return err
+}
+
+// drain reads a stream's rest (after its terminal event: the end of the
+// chunked body), so that the connection is reused as a real client's would
+// be.
+func drain(r io.Reader) {
+	_, _ = io.CopyN(io.Discard, r, 64<<10)
 }
 
 // doSSEAll reads every frame until the stream ends or the request's context
@@ -405,7 +413,9 @@ func ProviderCall(ctx context.Context, hc *http.Client, base, text string, heade
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
 	}
-	return readSSE(resp.Body, t)
+	err = readSSE(resp.Body, t)
+	drain(resp.Body)
+	return err
 }
 
 // IdleSubscriber is an SSE subscriber that reads nothing after the response

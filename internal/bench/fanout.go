@@ -24,7 +24,7 @@ type fanoutParams struct {
 
 func fanoutParamsFor(quick bool) fanoutParams {
 	if quick {
-		return fanoutParams{Levels: []int{1, 10}, Control: 10, Prompts: 1, Tokens: 10, ChunkMs: 20, Preload: 500}
+		return fanoutParams{Levels: []int{1, 10}, Control: 10, Prompts: 1, Tokens: 5, ChunkMs: 10, Preload: 300}
 	}
 	return fanoutParams{Levels: []int{1, 10, 100, 1000}, Control: 100, Prompts: 3, Tokens: 40, ChunkMs: 50, Preload: 3000}
 }

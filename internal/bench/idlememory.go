@@ -16,7 +16,7 @@ type idleParams struct {
 
 func idleParamsFor(quick bool) idleParams {
 	if quick {
-		return idleParams{Levels: []int{200, 500}, Subscribers: 200}
+		return idleParams{Levels: []int{100, 200}, Subscribers: 100}
 	}
 	return idleParams{Levels: []int{10000, 100000}, Subscribers: 10000}
 }
@@ -44,7 +44,7 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 	m := Metrics{}
 	measure := func(gc bool) (MemStats, ProcSample, error) {
 		ms, err := a.Mem(ctx, gc)
-		return ms, a.Sample(), err
+		return ms, a.Sample(), a.Explain(err)
 	}
 	base, baseP, err := measure(true)
 	if err != nil {
@@ -125,8 +125,16 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 		e.Note("idle-memory", "round %d: delete: %v", round, err)
 	}
 	m["delete_s"] = time.Since(t0).Seconds()
-	time.Sleep(2 * time.Second)
+	settle := 2 * time.Second
+	if e.Cfg.Quick {
+		settle = 100 * time.Millisecond
+	}
+	time.Sleep(settle)
 	endNoGC := a.Sample()
+	if !e.Cfg.Quick {
+		time.Sleep(8 * time.Second)
+	}
+	m["after_10s.rss_mib"] = float64(a.Sample().RSS) / (1 << 20)
 	endMem, endP, err := measure(true)
 	if err == nil {
 		m["after.live_mib"] = float64(endMem.Live) / (1 << 20)
@@ -180,8 +188,16 @@ func promptAll(ctx context.Context, e *Env, a *Agentd, c *Client, ids []string) 
 // p.Subscribers sessions (as many as file descriptors allow), measures,
 // closes them and measures again.
 func idleSubscribers(ctx context.Context, e *Env, a *Agentd, c *Client, ids []string, p idleParams, m Metrics, round int) error {
+	settle := 2 * time.Second
+	if e.Cfg.Quick {
+		settle = 100 * time.Millisecond
+	}
 	n := min(p.Subscribers, len(ids))
 	// Each subscriber is a descriptor here and one in agentd: keep a margin.
+	if lim := NoFileLimit(); len(p.Levels) > 1 && lim > 0 && p.Levels[len(p.Levels)-1] > lim-2000 {
+		e.Note("idle-memory", "subscribers measured at %d sessions only: one per session at %d sessions needs more than RLIMIT_NOFILE %d descriptors in agentd and in the load generator",
+			p.Levels[0], p.Levels[len(p.Levels)-1], lim)
+	}
 	if lim := NoFileLimit(); lim > 0 && n > lim-2000 {
 		e.Note("idle-memory", "subscribers capped at %d by RLIMIT_NOFILE %d", lim-2000, lim)
 		n = lim - 2000
@@ -257,9 +273,9 @@ func idleSubscribers(ctx context.Context, e *Env, a *Agentd, c *Client, ids []st
 			e.Note("idle-memory", "round %d: %v subscribers still counted 60s after closing", round, v)
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(settle / 2)
 	gone := a.Sample()
 	m["subscribers_gone.rss_mib"] = float64(gone.RSS) / (1 << 20)
 	return nil

@@ -176,6 +176,18 @@ func StartAgentd(bin, dir, cfg string, env []string) (*Agentd, error) {
 	return a, nil
 }
 
+// Explain adds agentd's last output to err when agentd has exited.
+func (a *Agentd) Explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	time.Sleep(200 * time.Millisecond)
+	if a.Exited() {
+		return fmt.Errorf("%w; agentd exited (%s); its last output:\n%s", err, a.cmd.ProcessState, a.Tail())
+	}
+	return err
+}
+
 // LogLines is how many lines agentd has logged.
 func (a *Agentd) LogLines() int64 { return a.log.n.Load() }
 

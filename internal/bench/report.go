@@ -81,6 +81,9 @@ func evaluateTargets(r *Result) []Target {
 		capChunk = r.med("capacity", fmt.Sprintf("rate.%g.cpu_us_per_chunk", rate))
 		capRate = fmt.Sprintf("at %g prompts/s, one subscriber per stream, the prompt's own work included", rate)
 	}
+	if fl := r.med("capacity", "floor.cpu_us_per_chunk"); finite(fl) {
+		capRate += fmt.Sprintf("; the bare proxy: %.1f µs per chunk at %g prompts/s", fl, r.med("capacity", "floor.rate"))
+	}
 	add("agentd CPU per relayed chunk (capacity)", "≤ 40 µs", capChunk, le(40), "%.1f µs", capRate)
 	add("concurrent streaming sessions with added p99 ≤ 10 ms", "≥ 1000", r.med("capacity", "concurrency_max.le_10ms"), ge(1000), "%.0f",
 		fmt.Sprintf("highest clean rate %g prompts/s", r.med("capacity", "max_rate.le_10ms")))
@@ -91,8 +94,8 @@ func evaluateTargets(r *Result) []Target {
 	add("idle SSE subscriber, heap + stacks", "≤ 32 KiB", r.med("idle-memory", "subscriber.heap_b")/1024, le(32), "%.1f KiB",
 		fmt.Sprintf("RSS %.1f KiB, %.1f goroutines per subscriber", r.med("idle-memory", "subscriber.rss_b")/1024, r.med("idle-memory", "subscriber.goroutines")))
 	live100k, rss100k := r.med("idle-memory", "100000.total_live_mib"), r.med("idle-memory", "100000.total_rss_mib")
-	add("100k idle sessions fit in 2 GiB (Go heap)", "≤ 2 GiB", live100k/1024, le(2), "%.2f GiB",
-		fmt.Sprintf("RSS %.2f GiB: most of the heap is allocated but not yet touched", rss100k/1024))
+	add("100k idle sessions fit in 2 GiB (the larger of Go heap and RSS)", "≤ 2 GiB", math.Max(live100k, rss100k)/1024, le(2), "%.2f GiB",
+		fmt.Sprintf("Go heap %.2f GiB, RSS %.2f GiB (RSS keeps what the 10k subscribers used)", live100k/1024, rss100k/1024))
 	// Fan-out.
 	stall := r.med("fanout", "stall_effect.p99_ms")
 	nostall := r.med("fanout", "n100.nostall.last.p99")
@@ -221,21 +224,23 @@ func mdOverhead(b *strings.Builder, r *Result) {
 	a := func(k string) Agg { return r.agg("overhead", k) }
 	fmt.Fprintf(b, "## overhead — one request at a time\n\n")
 	fmt.Fprintf(b, "An 8-delta Anthropic stream, 2 ms between frames, %s requests per path per round, the paths interleaved. "+
-		"*Added* is the path's value less the direct path's (same percentile); added TTFT counts the request's way in "+
-		"(sent → the mock has it) plus the first delta's way out (the mock wrote it → the client read it), so the mock's "+
-		"own pacing is not in it.\n\n", f(a("ttft.direct.n"), "%.0f"))
-	fmt.Fprintf(b, "| path | TTFT p50 | TTFT p99 | added TTFT p50 | added TTFT p99 | added per chunk p50 / p99 | added gap p99 | added end of turn p50 / p99 |\n|---|---|---|---|---|---|---|---|\n")
+		"*Added* pXX is the path's pXX less the direct path's median (conservative: the direct path's own outliers never "+
+		"lower it). Added TTFT counts the request's way in (sent → the mock has it) plus the first delta's way out (the mock "+
+		"wrote it → the client read it), so the mock's own pacing is not in it; per chunk is each delta's way out; gap is "+
+		"the time between two deltas at the client (the mock paces them 2 ms apart).\n\n", f(a("ttft.direct.n"), "%.0f"))
+	fmt.Fprintf(b, "| path | TTFT p50 | TTFT p99 | added TTFT p50 | added TTFT p99 | added per chunk p50 / p99 | gap p99 | added end of turn p50 / p99 |\n|---|---|---|---|---|---|---|---|\n")
 	labels := map[string]string{pathDirect: "direct to the mock", pathFloor: "bare ReverseProxy (floor)", pathREST: "agentd REST+SSE", pathGRPC: "agentd gRPC"}
 	for _, p := range overheadPaths {
 		if p == pathDirect {
-			fmt.Fprintf(b, "| %s | %s ms | %s ms | – | – | – | – | – |\n", labels[p], f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"))
+			fmt.Fprintf(b, "| %s | %s ms | %s ms | – | – | – | %s ms | – |\n", labels[p], f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"),
+				f(a("gap."+p+".p99"), "%.3f"))
 			continue
 		}
 		fmt.Fprintf(b, "| %s | %s ms | %s ms | %s ms | %s ms | %s / %s ms | %s ms | %s / %s ms |\n", labels[p],
 			f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"),
 			f(a("added_ttft."+p+".p50"), "%.3f"), f(a("added_ttft."+p+".p99"), "%.3f"),
 			f(a("added_chunk."+p+".p50"), "%.3f"), f(a("added_chunk."+p+".p99"), "%.3f"),
-			f(a("added_gap."+p+".p99"), "%.3f"),
+			f(a("gap."+p+".p99"), "%.3f"),
 			f(a("added_end."+p+".p50"), "%.3f"), f(a("added_end."+p+".p99"), "%.3f"))
 	}
 	fmt.Fprintf(b, "\nagentd CPU per prompt at one request at a time: %s µs (%s µs per delta). Machine busy during the run: %s%%.\n\n",
@@ -248,8 +253,9 @@ func mdCapacity(b *strings.Builder, r *Result) {
 	fmt.Fprintf(b, "Prompts at a fixed rate on idle sessions of a pool, half over REST+SSE and half over gRPC; each stream %s text deltas, "+
 		"%s ms between frames. Latency counts from each prompt's scheduled time. *Added* p99 is the larger of the TTFT's "+
 		"(way in + first delta's way out) and the per-chunk transit's (mock write → client read). CPU per chunk is agentd's CPU "+
-		"time over the text deltas delivered, the prompts' own work included.\n\n", f(a("tokens"), "%.0f"), f(a("chunk_ms"), "%.0f"))
-	fmt.Fprintf(b, "| prompts/s | concurrent streams | added p99 | TTFT added p99 SSE / gRPC | chunk p99 SSE / gRPC | errors + drops | agentd CPU | CPU µs / chunk | provider conns / prompt | machine busy |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		"time over the text deltas delivered, the prompts' own work included. CPU columns are %% of one core (the machine has "+
+		"two); *other load* is what the machine ran besides agentd, the mock and the load generator (other tenants).\n\n", f(a("tokens"), "%.0f"), f(a("chunk_ms"), "%.0f"))
+	fmt.Fprintf(b, "| prompts/s | concurrent streams | chunks/s | added p99 | TTFT added p99 SSE / gRPC | chunk p99 SSE / gRPC | errors + drops | agentd CPU | CPU µs / chunk | provider conns / prompt | bench + mock CPU | other load |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rates := map[float64]bool{}
 	for _, s := range r.Scenarios["capacity"].Rounds {
 		for k := range s {
@@ -277,12 +283,19 @@ func mdCapacity(b *strings.Builder, r *Result) {
 			}
 		}
 		bad := Aggregate(roundsOf(vals))["v"]
-		fmt.Fprintf(b, "| %g | %s | %s ms | %s / %s ms | %s / %s ms | %s | %s%% | %s | %s | %s%% |\n", x,
-			f(a(p+"inflight.mean"), "%.0f"), f(a(p+"added.p99"), "%.2f"),
+		fmt.Fprintf(b, "| %g | %s | %s | %s ms | %s / %s ms | %s / %s ms | %s | %s%% | %s | %s | %s%% | %s%% |\n", x,
+			f(a(p+"inflight.mean"), "%.0f"), f(a(p+"chunks_per_s"), "%.0f"), f(a(p+"added.p99"), "%.2f"),
 			f(a(p+"ttft_added.sse.p99"), "%.2f"), f(a(p+"ttft_added.grpc.p99"), "%.2f"),
 			f(a(p+"chunk.sse.p99"), "%.2f"), f(a(p+"chunk.grpc.p99"), "%.2f"),
 			f(bad, "%.0f"), f(a(p+"agentd_cpu_pct"), "%.0f"), f(a(p+"cpu_us_per_chunk"), "%.1f"),
-			f(a(p+"provider_conns_per_prompt"), "%.2f"), f(a(p+"machine_busy_pct"), "%.0f"))
+			f(a(p+"provider_conns_per_prompt"), "%.2f"), f(a(p+"tool_cpu_pct"), "%.0f"), f(a(p+"other_cpu_pct"), "%.0f"))
+	}
+	if finite(a("floor.cpu_us_per_chunk").Median) {
+		fmt.Fprintf(b, "\nThe floor: the same streams at %s prompts/s through the bare ReverseProxy (a process of its own) straight to the mock: "+
+			"added p99 %s ms (TTFT %s, chunk %s), proxy CPU %s%% of a core, **%s µs per chunk**; agentd at the same rate: %s µs per chunk, %s× the floor's.\n",
+			f(a("floor.rate"), "%.0f"), f(a("floor.added.p99"), "%.2f"), f(a("floor.ttft_added.p99"), "%.2f"), f(a("floor.chunk.p99"), "%.2f"),
+			f(a("floor.cpu_pct"), "%.0f"), f(a("floor.cpu_us_per_chunk"), "%.1f"),
+			f(a(fmt.Sprintf("rate.%g.cpu_us_per_chunk", a("floor.rate").Median)), "%.1f"), f(a("cpu_per_chunk_ratio_to_floor"), "%.1f"))
 	}
 	fmt.Fprintf(b, "\n| added p99 ≤ | highest clean rate (prompts/s) | concurrent streams |\n|---|---|---|\n")
 	for _, lim := range []string{"1", "5", "10", "50"} {
@@ -310,7 +323,7 @@ func mdIdle(b *strings.Builder, r *Result) {
 		"(a history of two short messages, on the simulated provider). Heap is Go's HeapAlloc + StackInuse after a forced GC; "+
 		"RSS is /proc's VmRSS. Per-session values are the growth over the level divided by its sessions.\n\n")
 	fmt.Fprintf(b, "| sessions | heap / session bare | heap / session with history | history part | RSS / session | total heap | total RSS | page tables |\n|---|---|---|---|---|---|---|---|\n")
-	for _, lv := range []string{"10000", "100000", "200", "500"} {
+	for _, lv := range []string{"10000", "100000", "100", "200"} {
 		if !finite(a(lv + ".total_live_mib").Median) {
 			continue
 		}
@@ -323,10 +336,10 @@ func mdIdle(b *strings.Builder, r *Result) {
 		"%s KiB heap + stacks each (of which stacks %s KiB), %s KiB RSS each, %s goroutines each.\n\n",
 		f(a("subscribers"), "%.0f"), f(kib("subscriber.heap_b"), "%.1f"), f(kib("subscriber.stack_b"), "%.1f"),
 		f(kib("subscriber.rss_b"), "%.1f"), f(a("subscriber.goroutines"), "%.1f"))
-	fmt.Fprintf(b, "After the load: RSS %s MiB once the subscribers left; after deleting every session (%s s) %s MiB, "+
-		"%s MiB after a forced GC (Go heap %s MiB); peak RSS %s MiB.\n\n",
+	fmt.Fprintf(b, "After the load: RSS %s MiB a second after the subscribers left; after deleting every session (%s s) %s MiB "+
+		"2 s later, %s MiB 10 s later, %s MiB after a forced GC (Go heap %s MiB); peak RSS %s MiB.\n\n",
 		f(a("subscribers_gone.rss_mib"), "%.0f"), f(a("delete_s"), "%.1f"), f(a("after.rss_mib"), "%.0f"),
-		f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
+		f(a("after_10s.rss_mib"), "%.0f"), f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
 }
 
 func mdFanout(b *strings.Builder, r *Result) {

@@ -112,7 +112,11 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 		}
 		top0, _ := mon.Counts()
 		t0 := time.Now()
-		time.Sleep(3 * time.Second)
+		idle := 3 * time.Second
+		if e.Cfg.Quick {
+			idle = 500 * time.Millisecond
+		}
+		time.Sleep(idle)
 		c1, err := redis.CommandStats()
 		if err != nil {
 			return err

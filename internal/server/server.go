@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
@@ -59,6 +60,9 @@ type Server struct {
 	httpSrv          *http.Server
 	health           *health.Server
 	gwConn           *grpc.ClientConn
+	// gwLis is the gateway's in-process way to the gRPC server: no second
+	// TCP hop for REST and SSE.
+	gwLis *bufconn.Listener
 
 	draining atomic.Bool
 	drain    context.Context // done when the server drains
@@ -211,7 +215,10 @@ func (s *Server) Sessions() *session.Manager { return s.sessions }
 // httpHandler is the HTTP face: the gateway (JSON and SSE), /metrics,
 // /healthz and /readyz.
 func (s *Server) httpHandler() (http.Handler, error) {
-	conn, err := grpc.NewClient(s.grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s.gwLis = bufconn.Listen(1 << 20)
+	conn, err := grpc.NewClient("passthrough:///agentd-gateway",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.gwLis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -272,6 +279,12 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error {
 		if err := s.grpcSrv.Serve(s.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("grpc: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := s.grpcSrv.Serve(s.gwLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("grpc (gateway): %w", err)
 		}
 		return nil
 	})

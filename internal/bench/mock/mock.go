@@ -13,15 +13,16 @@
 //
 // # Scripts
 //
-// A request's script is, in order of precedence: the X-Mock-Faults header,
-// the [[faults: …]] directive in the text of the request's latest user
-// message, or Options.Faults. The grammar is the simulated provider's
-// (package sim): "529,429:retry-after=2,ok". The n-th request carrying the
-// same latest user message text plays the n-th step (a retry resends the
-// same conversation, so "[[faults: 529,ok]]" fails the first call of a
-// prompt and answers its retry); requests past the end of the script
-// answer normally. Give each prompt a text of its own (a nonce) to replay
-// a script; counters are forgotten after Options.KeyTTL.
+// A request's script is, in order of precedence: the [[faults: …]]
+// directive in the text of the request's latest user message, the
+// X-Mock-Faults header, or Options.Faults. The grammar is the simulated
+// provider's (package sim): "529,429:retry-after=2,ok". The n-th request
+// carrying the same latest user message text plays the n-th step (a retry
+// resends the same conversation, so "[[faults: 529,ok]]" fails the first
+// call of a prompt and answers its retry, on whatever provider it goes
+// to); requests past the end of the script answer normally. Give each
+// prompt a text of its own (a nonce) to replay a script; counters are
+// forgotten after Options.KeyTTL.
 //
 // Steps on the wire: a status answers that HTTP status with the kind's
 // canonical error body (see [providertest.Body]); overloaded-stream sends
@@ -32,15 +33,17 @@
 // overflow, usage and stale answer the provider's own context-overflow,
 // quota (429) and stale-replay (400) bodies; refusal streams a refusal
 // stop. Options delay=, retry-after=, retry-after-ms= and reset= work as in
-// sim. The sim-only step abort has no wire form and is refused (400).
+// sim. The sim-only step abort has no wire form and is refused (400), as
+// is a malformed script.
 //
 // # Answers and pacing
 //
 // The answer is N words of lorem ipsum with [[tokens: N]], X-Mock-Tokens or
-// Options.Tokens, else an echo of the prompt ("echo: …" without its
-// directives), one text delta per word. Options.Delay (X-Mock-Delay-Ms)
-// passes before the response and Options.ChunkDelay (X-Mock-Chunk-Delay-Ms)
-// between two SSE frames.
+// Options.Tokens (in that order of precedence), else an echo of the prompt
+// ("echo: …" without its directives), one text delta per word. The time
+// to the response is [[pace: first=MS]], X-Mock-Delay-Ms or Options.Delay
+// (never less than Options.Delay), the time between two SSE frames
+// [[pace: chunk=MS]], X-Mock-Chunk-Delay-Ms or Options.ChunkDelay.
 //
 // # Stamps
 //

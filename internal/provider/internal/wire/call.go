@@ -141,7 +141,13 @@ func NewHTTPClient(c *http.Client) *http.Client {
 	if c != nil {
 		cl = *c
 	} else {
-		cl.Transport = http.DefaultTransport.(*http.Transport).Clone()
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Many sessions stream from one provider host at once: keep their
+		// connections for reuse (the default keeps 2 per host, so most
+		// calls under load would dial and handshake anew).
+		t.MaxIdleConns = 0
+		t.MaxIdleConnsPerHost = 1024
+		cl.Transport = t
 	}
 	cl.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &cl

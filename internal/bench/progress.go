@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -108,40 +104,6 @@ func (p *Progress) Println(format string, args ...any) {
 	}
 	fmt.Fprintf(p.w, format+"\n", args...)
 }
-
-// Floor is the bare reverse proxy: httputil.ReverseProxy in front of the
-// mock, on a loopback port of the bench's process.
-type Floor struct {
-	URL string
-	srv *http.Server
-}
-
-// StartFloor starts a reverse proxy to target.
-func StartFloor(target string) (*Floor, error) {
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil, err
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.Transport = &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
-	rp.FlushInterval = -1
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	f := &Floor{URL: "http://" + lis.Addr().String(), srv: &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}}
-	go func() { _ = f.srv.Serve(lis) }()
-	return f, nil
-}
-
-// Close stops the proxy.
-func (f *Floor) Close() { _ = f.srv.Close() }
 
 // counter is a concurrent counter.
 type counter struct{ atomic.Int64 }

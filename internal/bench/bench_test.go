@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDistQuantiles(t *testing.T) {
+	var d Dist
+	if !math.IsNaN(d.Q(.5)) {
+		t.Fatal("empty quantile is not NaN")
+	}
+	for i := 100; i >= 1; i-- {
+		d.Add(float64(i))
+	}
+	s := d.Summary()
+	if s.N != 100 || s.P50 != 50 || s.P90 != 90 || s.P99 != 99 || s.Max != 100 || s.Mean != 50.5 {
+		t.Fatalf("summary = %+v", s)
+	}
+}
+
+func TestAggregate(t *testing.T) {
+	agg := Aggregate([]Metrics{{"a": 3, "b": 1}, {"a": 1}, {"a": 2, "b": math.NaN()}})
+	if a := agg["a"]; a.Median != 2 || a.Min != 1 || a.Max != 3 || len(a.Rounds) != 3 {
+		t.Fatalf("a = %+v", a)
+	}
+	if b := agg["b"]; b.Median != 1 || b.Min != 1 {
+		t.Fatalf("b = %+v", b)
+	}
+	// Non-finite values are written as null.
+	out, err := json.Marshal(map[string]any{"m": Metrics{"x": math.Inf(1)}, "a": agg["b"]})
+	if err != nil || !strings.Contains(string(out), `"x":null`) || !strings.Contains(string(out), "null") {
+		t.Fatalf("json = %s, %v", out, err)
+	}
+}
+
+// agentd's SSE frames and a provider's, as the clients read them.
+func TestReadSSE(t *testing.T) {
+	agentd := "id: 1\nevent: agent_start\ndata: {\"type\":\"agent_start\"}\n\n" +
+		": ping\n\n" +
+		"id: 2\nevent: message_update\ndata: {\"messageUpdate\":{\"textDelta\":\"s1751642570000000001a1751642569000000002 \"}}\n\n" +
+		"id: 3\nevent: message_end\ndata: {\"messageEnd\":{\"text\":\"s1751642570000000001a1751642569000000002 \"}}\n\n" +
+		"id: 4\nevent: prompt_end\ndata: {\"type\":\"prompt_end\",\"promptEnd\":{\"outcome\":\"completed\"}}\n\n" +
+		"id: 5\nevent: agent_start\ndata: {}\n\n"
+	tr := &Turn{Types: map[string]int{}}
+	if err := readSSE(strings.NewReader(agentd), tr); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Outcome != "completed" || tr.Events != 4 || len(tr.Deltas) != 1 || tr.Deltas[0].Write != 1751642570000000001 ||
+		tr.Types["message_end"] != 1 || promptEnds(tr) != 1 || tr.End == 0 {
+		t.Fatalf("turn = %+v", tr)
+	}
+	provider := "event: message_start\ndata: {}\n\nevent: content_block_delta\ndata: {\"delta\":{\"text\":\"s1751642570000000001a1751642569000000002 \"}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	tr = &Turn{}
+	if err := readSSE(strings.NewReader(provider), tr); err != nil || tr.Outcome != "completed" || len(tr.Deltas) != 1 {
+		t.Fatalf("provider turn = %+v, %v", tr, err)
+	}
+	// A stream that ends early is an error.
+	if err := readSSE(strings.NewReader("event: message_start\ndata: {}\n\n"), &Turn{}); err == nil {
+		t.Fatal("a cut stream read as complete")
+	}
+	// Lines longer than the reader's buffer.
+	long := "event: message_update\ndata: " + strings.Repeat("x", 40<<10) + "\n\nevent: prompt_end\ndata: {\"outcome\":\"failed\"}\n\n"
+	tr = &Turn{}
+	if err := readSSE(strings.NewReader(long), tr); err != nil || tr.Outcome != "failed" {
+		t.Fatalf("long frames: %+v, %v", tr, err)
+	}
+}
+
+func TestReadProcSelf(t *testing.T) {
+	s, err := ReadProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RSS <= 0 || s.Threads <= 0 || s.FDs <= 0 || s.CPU <= 0 {
+		t.Fatalf("sample = %+v", s)
+	}
+	busy := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(busy) {
+	}
+	s2, _ := ReadProc(os.Getpid())
+	if s2.CPU < s.CPU+20*time.Millisecond {
+		t.Fatalf("CPU went from %v to %v over 50ms of spinning", s.CPU, s2.CPU)
+	}
+	if m := ReadMachineCPU(); m.Total <= 0 || m.Busy <= 0 {
+		t.Fatalf("machine = %+v", m)
+	}
+	if d := DescribeMachine(); d.Cores <= 0 || d.GoVersion == "" {
+		t.Fatalf("machine = %+v", d)
+	}
+}
+
+func TestRedisCalls(t *testing.T) {
+	total, by := redisCalls(map[string]int64{"evalsha": 3, "info": 1}, map[string]int64{"evalsha": 5, "info": 9, "hget": 2})
+	if total != 4 || by["evalsha"] != 2 || by["hget"] != 2 || by["info"] != 0 {
+		t.Fatalf("total %d, by %v", total, by)
+	}
+}
+
+func TestLoopbackIP(t *testing.T) {
+	if ip := loopbackIP(0); ip.String() != "127.0.0.2" {
+		t.Fatalf("loopbackIP(0) = %s", ip)
+	}
+	if ip := loopbackIP(45000); ip.String() != "127.0.0.4" || !ip.IsLoopback() {
+		t.Fatalf("loopbackIP(45000) = %s", ip)
+	}
+}
+
+// The report renders any result, the targets judged on the medians.
+func TestMarkdownAndTargets(t *testing.T) {
+	res := &Result{Started: time.Now(), Machine: DescribeMachine(), Rounds: 1, Scenarios: map[string]*ScenarioResult{
+		"overhead": {Rounds: []Metrics{{"added_ttft.rest.p50": 0.4, "added_ttft.rest.p99": 3, "ratio_to_floor.rest.p50": 1.2,
+			"added_ttft.grpc.p50": 0.3, "added_ttft.grpc.p99": 1, "ratio_to_floor.grpc.p50": 2, "ttft.direct.n": 10}}},
+		"capacity": {Rounds: []Metrics{{"rate.100.prompts": 700, "rate.100.added.p99": 4, "rate.100.cpu_us_per_chunk": 30,
+			"max_rate.le_10ms": 100, "concurrency_max.le_10ms": 1200}}},
+		"idle-memory": {Rounds: []Metrics{{}}, Errors: []string{"round 1: boom"}},
+		"fanout":      {Rounds: []Metrics{{"n100.last.p99": 4, "n100.nostall.last.p99": 4.1, "stall_effect.p99_ms": -0.1, "n100.cpu_us_per_chunk_per_sub": 50}}},
+		"retry":       {Rounds: []Metrics{{"redis.happy.redis_trips_per_prompt": 0, "redis.rotation.redis_trips_per_attempt": 2}}},
+	}, GoBench: map[string]map[string]Agg{
+		"BenchmarkDecision/a": {"ns_op": {Median: 9000}, "allocs_op": {Median: 12}},
+		"BenchmarkDecision/b": {"ns_op": {Median: 12000}, "allocs_op": {Median: 31}},
+	}}
+	for _, s := range res.Scenarios {
+		s.Aggregate = Aggregate(s.Rounds)
+	}
+	res.Targets = evaluateTargets(res)
+	want := map[string]string{
+		"added TTFT p50, REST+SSE":                                    "met",
+		"added TTFT p99, REST+SSE":                                    "not met",
+		"added TTFT p50 / floor's, gRPC":                              "not met",
+		"agentd CPU per relayed chunk (capacity)":                     "met",
+		"concurrent streaming sessions with added p99 ≤ 10 ms":        "met",
+		"idle SSE subscriber, heap + stacks":                          "not measured",
+		"last-subscriber p99 at 100 subscribers":                      "met",
+		"retry decision time (Classify + Plan), worst ordinary error": "not met",
+		"retry decision allocations, worst ordinary error":            "not met",
+		"Redis round trips per prompt, happy path":                    "met",
+		"Redis round trips per credential rotation":                   "not met",
+	}
+	for _, tg := range res.Targets {
+		w, ok := want[tg.Name]
+		if !ok {
+			continue
+		}
+		got := "not measured"
+		if tg.Met != nil {
+			got = map[bool]string{true: "met", false: "not met"}[*tg.Met]
+		}
+		if got != w {
+			t.Errorf("%s: %s (%s), want %s", tg.Name, got, tg.Value, w)
+		}
+		delete(want, tg.Name)
+	}
+	for name := range want {
+		t.Errorf("target %q missing", name)
+	}
+	md := Markdown(res)
+	for _, s := range []string{"## Targets", "## overhead", "## capacity", "| 100 |", "## fanout", "## retry", "Decision/b", "boom"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Floor is the bare reverse proxy: httputil.ReverseProxy in front of the
+// mock, on a loopback port of the bench's process.
+type Floor struct {
+	URL string
+	srv *http.Server
+}
+
+// StartFloor starts a reverse proxy to target.
+func StartFloor(target string) (*Floor, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	rp.FlushInterval = -1
+	rp.ErrorLog = log.New(io.Discard, "", 0)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	f := &Floor{URL: "http://" + lis.Addr().String(), srv: &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}}
+	go func() { _ = f.srv.Serve(lis) }()
+	return f, nil
+}
+
+// Close stops the proxy.
+func (f *Floor) Close() { _ = f.srv.Close() }
+
+// FloorProcMsg starts the line a floor-proxy process prints when ready.
+const FloorProcMsg = "floor proxy listening on "
+
+// RunFloorProxy is `agentd bench floor-proxy --target URL`: the bare
+// reverse proxy as a process of its own, so that its CPU time can be read
+// from /proc like agentd's. It serves until SIGTERM.
+func RunFloorProxy(ctx context.Context, target string, stdout io.Writer) error {
+	f, err := StartFloor(target)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fmt.Fprintf(stdout, "%s%s\n", FloorProcMsg, f.URL)
+	<-ctx.Done()
+	return nil
+}
+
+// StartFloorProc runs `bin bench floor-proxy` in front of target.
+func StartFloorProc(bin, target string) (*MockProc, error) {
+	cmd := exec.Command(bin, "bench", "floor-proxy", "--target", target)
+	m := &MockProc{}
+	p, err := start("floor-proxy", cmd, 30*time.Second, func(line string) bool {
+		if u, ok := strings.CutPrefix(line, FloorProcMsg); ok {
+			m.URL = strings.TrimSpace(u)
+			return true
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.Proc = p
+	return m, nil
+}
