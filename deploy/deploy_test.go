@@ -187,15 +187,18 @@ func parseDesc(d *prometheus.Desc) (desc, error) {
 }
 
 func collectorType(c prometheus.Collector) string {
+	// Gauges first: a Gauge also has a Counter's methods. Summaries and
+	// histograms have the same methods; only SummaryVec tells them apart
+	// (agentd registers no plain Summary).
 	switch c.(type) {
-	case *prometheus.HistogramVec, prometheus.Histogram:
-		return "histogram"
-	case *prometheus.SummaryVec, prometheus.Summary:
-		return "summary"
-	case *prometheus.CounterVec, prometheus.Counter:
-		return "counter"
 	case *prometheus.GaugeVec, prometheus.Gauge:
 		return "gauge"
+	case *prometheus.SummaryVec:
+		return "summary"
+	case *prometheus.HistogramVec, prometheus.Histogram:
+		return "histogram"
+	case *prometheus.CounterVec, prometheus.Counter:
+		return "counter"
 	}
 	return ""
 }

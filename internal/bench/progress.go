@@ -111,5 +111,4 @@ type counter struct{ atomic.Int64 }
 func (c *counter) inc() { c.Add(1) }
 
 func gib(b float64) float64 { return b / (1 << 30) }
-func kib(b float64) float64 { return b / 1024 }
 func ms(ns int64) float64   { return float64(ns) / 1e6 }

@@ -203,7 +203,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		got["b"].BankedResets != 1 || got["e"].Source != SourceConfig || got["c"].Source != SourceAPI {
 		t.Errorf("after the restart Redis has %+v", infos)
 	}
-	approx(t, "a blocked for", got["a"].BlockedUntil.Sub(time.Now()), time.Hour)
+	approx(t, "a blocked for", time.Until(got["a"].BlockedUntil), time.Hour)
 	for range 8 {
 		if id := pickID(t, s2, "p"); id == "a" {
 			t.Fatalf("the new replica picked the blocked a")
