@@ -3,7 +3,6 @@ package retry
 import (
 	"math"
 	"net/http"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,7 +87,7 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-var plainNumberRE = regexp.MustCompile(`^\d+(?:\.\d+)?$`)
+var plainNumberRE = guard(`^\d+(?:\.\d+)?$`)
 
 // parseNumber parses a plain non-negative decimal ("20", "1.5"); no signs,
 // exponents, hex, Inf or NaN.
@@ -193,14 +192,14 @@ func hintFromRetryHeaders(h http.Header, now time.Time) (time.Duration, bool) {
 // Message wordings, in the order they are tried. All but the date pattern run
 // on the lower-cased message.
 var (
-	msgRetryAfterMsRE   = regexp.MustCompile(`retry-after-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
-	msgRetryAfterRE     = regexp.MustCompile(`retry-after"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\b`)
-	msgRetryAfterDateRE = regexp.MustCompile(`(?i)retry-after"?\s*[:=]\s*"?([a-z]{3,9}, \d{1,2}[ -][a-z]{3}[ -]\d{2,4} \d{2}:\d{2}:\d{2} gmt)`)
-	msgAnchorRE         = regexp.MustCompile(`\b(?:try(?:ing)? again|retry(?:ing)?|resets?|available(?: again)?)\s+(?:in|after)\b`)
-	msgResetAtRE        = regexp.MustCompile(`\bresets?\s+(?:at|on)\s+(\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:z|[+-]\d{2}:\d{2}))`)
-	msgRetryDelayRE     = regexp.MustCompile(`retry_?delay"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\s*(ms|s)\b`)
-	msgResetMsRE        = regexp.MustCompile(`x-ratelimit-reset-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
-	msgResetRE          = regexp.MustCompile(`x-ratelimit-reset"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgRetryAfterMsRE   = guard(`retry-after-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgRetryAfterRE     = guard(`retry-after"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\b`)
+	msgRetryAfterDateRE = guard(`(?i)retry-after"?\s*[:=]\s*"?([a-z]{3,9}, \d{1,2}[ -][a-z]{3}[ -]\d{2,4} \d{2}:\d{2}:\d{2} gmt)`)
+	msgAnchorRE         = guard(`\b(?:try(?:ing)? again|retry(?:ing)?|resets?|available(?: again)?)\s+(?:in|after)\b`)
+	msgResetAtRE        = guard(`\bresets?\s+(?:at|on)\s+(\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:z|[+-]\d{2}:\d{2}))`)
+	msgRetryDelayRE     = guard(`retry_?delay"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\s*(ms|s)\b`)
+	msgResetMsRE        = guard(`x-ratelimit-reset-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgResetRE          = guard(`x-ratelimit-reset"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
 )
 
 func hintFromMessage(msg string, now time.Time) (time.Duration, bool) {

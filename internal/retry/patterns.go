@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -20,7 +19,7 @@ func lead(s string, i int) bool { return i == 0 || !(isLower(s[i-1]) || isDigit(
 // the regexp engine can skip ahead to its literal prefix instead of running
 // one large alternation at every byte.
 type phrases struct {
-	res  []*regexp.Regexp
+	res  []guardedRE
 	word bool // each match must start at a word boundary (lead)
 }
 
@@ -33,9 +32,9 @@ func wordPhrases(alts ...string) phrases {
 
 // anyPhrases is a family whose matches may start anywhere.
 func anyPhrases(alts ...string) phrases {
-	p := phrases{res: make([]*regexp.Regexp, len(alts))}
+	p := phrases{res: make([]guardedRE, len(alts))}
 	for i, a := range alts {
-		p.res[i] = regexp.MustCompile(a)
+		p.res[i] = guard(a)
 	}
 	return p
 }
@@ -51,7 +50,7 @@ func (p phrases) find(s string) (string, bool) {
 	return "", false
 }
 
-func (p phrases) findOne(re *regexp.Regexp, s string) (string, bool) {
+func (p phrases) findOne(re guardedRE, s string) (string, bool) {
 	if !p.word {
 		if loc := re.FindStringIndex(s); loc != nil {
 			return s[loc[0]:loc[1]], true
@@ -124,14 +123,14 @@ var overflowStrongRE = anyPhrases(
 // most expensive patterns by far).
 var overflowGapped = []struct {
 	literal string
-	re      *regexp.Regexp
+	re      guardedRE
 }{
-	{"input token count", regexp.MustCompile(`input token count.*exceeds the maximum`)}, // Google Gemini
-	{"requested token", regexp.MustCompile(`requested tokens?.*exceed.*context (?:window|length|size)`)},
-	{"context ", regexp.MustCompile(`context (?:window|length|size).*(?:exceeded|overflow|too small)`)},
-	{"too ", regexp.MustCompile(`(?:prompt|input).*(?:too long|too large).*(?:context|n_ctx)`)},
-	{"requested token", regexp.MustCompile(`requested tokens?.*(?:exceeds?|greater than).*(?:n_ctx|context)`)},
-	{"413", regexp.MustCompile(`\b413\b.*\b(?:request|payload|entity)\b.*\btoo large\b`)},
+	{"input token count", guard(`input token count.*exceeds the maximum`)}, // Google Gemini
+	{"requested token", guard(`requested tokens?.*exceed.*context (?:window|length|size)`)},
+	{"context ", guard(`context (?:window|length|size).*(?:exceeded|overflow|too small)`)},
+	{"too ", guard(`(?:prompt|input).*(?:too long|too large).*(?:context|n_ctx)`)},
+	{"requested token", guard(`requested tokens?.*(?:exceeds?|greater than).*(?:n_ctx|context)`)},
+	{"413", guard(`\b413\b.*\b(?:request|payload|entity)\b.*\btoo large\b`)},
 }
 
 // overflowWeakRE: overflow wordings that throttling messages share ("Too many
@@ -159,8 +158,8 @@ var throttleRE = anyPhrases(
 // (reference-notes a.4).
 var (
 	staleItemRE   = wordPhrases(`item with id ['"][^'"]+['"] not found`)
-	stalePrevRE   = regexp.MustCompile(`previous[ _]?response`)
-	staleDetailRE = regexp.MustCompile(`not[ _]?found|invalid|expired|stale|zero[ _-]?data[ _-]?retention`)
+	stalePrevRE   = guard(`previous[ _]?response`)
+	staleDetailRE = guard(`not[ _]?found|invalid|expired|stale|zero[ _-]?data[ _-]?retention`)
 )
 
 // transientRE: the source's transient transport/envelope families (reference
@@ -249,8 +248,8 @@ var transientRE = wordPhrases(
 // envelope failure before message_start (transient; one "before terminal stop
 // signal" is not).
 var (
-	anthropicEnvelopeRE  = regexp.MustCompile(`anthropic stream envelope error:`)
-	beforeMessageStartRE = regexp.MustCompile(`before message_start`)
+	anthropicEnvelopeRE  = guard(`anthropic stream envelope error:`)
+	beforeMessageStartRE = guard(`before message_start`)
 )
 
 // usageRE: usage-limit wordings (reference-notes a.9 at HEAD, plus billing
@@ -281,24 +280,44 @@ var usageRE = wordPhrases(
 //
 //	\baccount(?:'s)?\b[^\n]{0,80}\brate.?limit\b|\brate.?limit\b[^\n]{0,80}\baccount\b
 //
-// an account-level rate limit is a usage limit. As one regexp its bounded
-// repetition makes Go's matcher backtrack over every position (tens of µs
-// per message); accountNearRateLimit finds the two words with these two
-// small patterns and checks the distance itself. \b as the reference (so
-// "account/rate-limits" in an OpenAI URL does not match).
-var (
-	accountWordRE   = regexp.MustCompile(`\baccount(?:'s)?\b`)
-	rateLimitWordRE = regexp.MustCompile(`\brate.?limit\b`)
-)
-
-// accountNearRateLimit reports whether "account" and "rate limit" stand
-// within 80 characters of each other on one line, in either order.
+// an account-level rate limit is a usage limit. As a regexp its bounded
+// repetition and leading \b make Go's matcher walk every position (tens of
+// µs per message); accountNearRateLimit finds the two words with
+// strings.Index and checks the boundaries and the distance itself. \b as
+// the reference (so "account/rate-limits" in an OpenAI URL does not match).
 func accountNearRateLimit(w string) bool {
-	accounts := accountWordRE.FindAllStringIndex(w, -1)
+	accounts := wordSpans(w, "account", func(end int) int {
+		if strings.HasPrefix(w[end:], "'s") && asciiBoundary(w, end+2) {
+			return end + 2
+		}
+		return end
+	})
 	if accounts == nil {
 		return false
 	}
-	limits := rateLimitWordRE.FindAllStringIndex(w, -1)
+	var limits [][2]int
+	for off := 0; ; {
+		k := strings.Index(w[off:], "limit")
+		if k < 0 {
+			break
+		}
+		at := off + k
+		off = at + 1
+		if !asciiBoundary(w, at+len("limit")) {
+			continue
+		}
+		// "rate" right before, or with one character (not a newline) between.
+		for _, gap := range []int{0, 1} {
+			start := at - gap - len("rate")
+			if start < 0 || w[start:start+4] != "rate" || (gap == 1 && w[at-1] == '\n') {
+				continue
+			}
+			if asciiBoundary(w, start) {
+				limits = append(limits, [2]int{start, at + len("limit")})
+				break
+			}
+		}
+	}
 	within := func(from, to int) bool {
 		return from <= to && to-from <= 80 && !strings.Contains(w[from:to], "\n")
 	}
@@ -310,6 +329,43 @@ func accountNearRateLimit(w string) bool {
 		}
 	}
 	return false
+}
+
+// wordSpans returns the spans of word in s that start at an ASCII word
+// boundary and, after extend (which may take a suffix), end at one.
+func wordSpans(s, word string, extend func(end int) int) [][2]int {
+	var spans [][2]int
+	for off := 0; ; {
+		k := strings.Index(s[off:], word)
+		if k < 0 {
+			return spans
+		}
+		at := off + k
+		off = at + 1
+		end := at + len(word)
+		if !asciiBoundary(s, at) {
+			continue
+		}
+		if e := extend(end); e != end {
+			spans = append(spans, [2]int{at, e})
+			continue
+		}
+		if asciiBoundary(s, end) {
+			spans = append(spans, [2]int{at, end})
+		}
+	}
+}
+
+// asciiBoundary is regexp's \b at i: a word character ([0-9A-Za-z_]) on
+// exactly one side.
+func asciiBoundary(s string, i int) bool {
+	before := i > 0 && isWordByte(s[i-1])
+	after := i < len(s) && isWordByte(s[i])
+	return before != after
+}
+
+func isWordByte(b byte) bool {
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
 // perMinuteRE: explicit per-minute/per-second wording. It keeps the account

@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -175,13 +174,13 @@ var transientStatusNumbers = []int{429, 500, 502, 503, 504, 520, 521, 522, 523, 
 // reference's STATUS_MESSAGE_PATTERNS, plus "429 status code" as the OpenAI
 // Node SDK writes it). The last one is case-sensitive: three digits followed
 // by a capitalised word ("429 Too Many Requests").
-var statusPatterns = []*regexp.Regexp{
-	regexp.MustCompile(`(?i)\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
-	regexp.MustCompile(`(?i)\bstatus\s+(\d{3})\b`),
-	regexp.MustCompile(`(?i)\bhttp\s+(\d{3})\b`),
-	regexp.MustCompile(`(?i)\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
-	regexp.MustCompile(`(?i)(?:^|\s)(\d{3})\s+status code\b`),
-	regexp.MustCompile(`(?:^|\s)(\d{3})\s+[A-Z][a-z]+`),
+var statusPatterns = []guardedRE{
+	guard(`(?i)\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
+	guard(`(?i)\bstatus\s+(\d{3})\b`),
+	guard(`(?i)\bhttp\s+(\d{3})\b`),
+	guard(`(?i)\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
+	guard(`(?i)(?:^|\s)(\d{3})\s+status code\b`),
+	guard(`(?:^|\s)(\d{3})\s+[A-Z][a-z]+`),
 }
 
 // statusFromText returns the HTTP status written in an error message, or 0.
