@@ -218,9 +218,13 @@ func hintFromMessage(msg string, now time.Time) (time.Duration, bool) {
 			return scaled(v, time.Second)
 		}
 	}
-	if m := msgRetryAfterDateRE.FindStringSubmatch(msg); m != nil {
-		if t, err := http.ParseTime(m[1]); err == nil {
-			return until(t, now), true
+	// The date form runs on the text as written (for http.ParseTime); its
+	// case-insensitive pattern has no prefilter of its own.
+	if strings.Contains(lower, "retry-after") {
+		if m := msgRetryAfterDateRE.FindStringSubmatch(msg); m != nil {
+			if t, err := http.ParseTime(m[1]); err == nil {
+				return until(t, now), true
+			}
 		}
 	}
 	for _, loc := range msgAnchorRE.FindAllStringIndex(lower, -1) {

@@ -172,28 +172,41 @@ var transientStatusNumbers = []int{429, 500, 502, 503, 504, 520, 521, 522, 523, 
 
 // statusPatterns extract an HTTP status from error text, first match wins (the
 // reference's STATUS_MESSAGE_PATTERNS, plus "429 status code" as the OpenAI
-// Node SDK writes it). The last one is case-sensitive: three digits followed
-// by a capitalised word ("429 Too Many Requests").
-var statusPatterns = []guardedRE{
-	guard(`(?i)\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
-	guard(`(?i)\bstatus\s+(\d{3})\b`),
-	guard(`(?i)\bhttp\s+(\d{3})\b`),
-	guard(`(?i)\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
-	guard(`(?i)(?:^|\s)(\d{3})\s+status code\b`),
-	guard(`(?:^|\s)(\d{3})\s+[A-Z][a-z]+`),
-}
+// Node SDK writes it). They are the reference's case-insensitive patterns,
+// written in lower case and run on the lower-cased text (so that their
+// literals prefilter them); the last one is case-sensitive and runs on the
+// text as written: three digits followed by a capitalised word ("429 Too
+// Many Requests").
+var (
+	statusPatterns = []guardedRE{
+		guard(`\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
+		guard(`\bstatus\s+(\d{3})\b`),
+		guard(`\bhttp\s+(\d{3})\b`),
+		guard(`\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
+		guard(`(?:^|\s)(\d{3})\s+status code\b`),
+	}
+	statusReasonPhraseRE = guard(`(?:^|\s)(\d{3})\s+[A-Z][a-z]+`)
+)
 
 // statusFromText returns the HTTP status written in an error message, or 0.
 func statusFromText(msg string) int {
+	lower := strings.ToLower(msg)
 	for _, re := range statusPatterns {
-		m := re.FindStringSubmatch(msg)
-		if m == nil {
-			continue
-		}
-		n, err := strconv.Atoi(m[1])
-		if err == nil && n >= 100 && n <= 599 {
+		if n := statusOf(re.FindStringSubmatch(lower)); n != 0 {
 			return n
 		}
+	}
+	return statusOf(statusReasonPhraseRE.FindStringSubmatch(msg))
+}
+
+// statusOf is the status a pattern captured, or 0.
+func statusOf(m []string) int {
+	if m == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(m[1])
+	if err == nil && n >= 100 && n <= 599 {
+		return n
 	}
 	return 0
 }
