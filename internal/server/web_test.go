@@ -643,6 +643,11 @@ func TestLastEventIDWinsOverAfterSeq(t *testing.T) {
 	ctx := testCtx(t)
 	id := webSession(t, ctx, ts.baseURL, "")
 	webJSON(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"one two three"}`, "", http.Header{"Accept": {"application/json"}}, 200)
+	// The prompt runs on after that answer: wait for its end, so that every
+	// seq the cases resume from exists.
+	all := webReq(t, ctx, "GET", ts.baseURL+"/v1/sessions/"+id+"/events", "", "", http.Header{"Accept": {"text/event-stream"}})
+	newWebFrames(t, all.Body).until("prompt_end")
+	all.Body.Close()
 	ticket, _ := ticketFor(t, ctx, ts.baseURL, id, "")
 	for _, c := range []struct {
 		query, lastID, first string
