@@ -54,51 +54,11 @@ func request() *provider.Request {
 	}
 }
 
-// recorder collects deltas.
-type recorder struct {
-	deltas []provider.Delta
-	hook   func(provider.Delta)
-}
-
-func (r *recorder) on(d provider.Delta) {
-	r.deltas = append(r.deltas, d)
-	if r.hook != nil {
-		r.hook(d)
-	}
-}
-
-func (r *recorder) text() string {
-	var b strings.Builder
-	for _, d := range r.deltas {
-		b.WriteString(d.Text)
-	}
-	return b.String()
-}
-
-func (r *recorder) thinking() string {
-	var b strings.Builder
-	for _, d := range r.deltas {
-		b.WriteString(d.Thinking)
-	}
-	return b.String()
-}
-
-// checkNoSecret fails when res carries the secret or a piece of it.
-func checkNoSecret(t *testing.T, res provider.Result) {
+func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *providertest.Deltas) {
 	t.Helper()
-	text := fmt.Sprintf("%+v %#v", res, res)
-	for i := 0; i+8 <= len(secret); i++ {
-		if strings.Contains(text, secret[i:i+8]) {
-			t.Fatalf("result carries a piece of the secret %q: %s", secret[i:i+8], text)
-		}
-	}
-}
-
-func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *recorder) {
-	t.Helper()
-	rec := &recorder{}
-	res := c.Stream(testCtx(t), req, rec.on)
-	checkNoSecret(t, res)
+	rec := &providertest.Deltas{}
+	res := c.Stream(testCtx(t), req, rec.On)
+	providertest.CheckNoSecret(t, res, secret)
 	return res, rec
 }
 
@@ -114,21 +74,21 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 		Headers:   providertest.AnthropicRateLimitHeaders(),
 	})
 	c := newClient(t, Options{BaseURL: s.URL})
-	rec := &recorder{}
-	rec.hook = func(d provider.Delta) {
+	rec := &providertest.Deltas{}
+	rec.Hook = func(d provider.Delta) {
 		if d.Text == "Hello" {
 			close(hold)
 		}
 	}
-	res := c.Stream(testCtx(t), request(), rec.on)
-	checkNoSecret(t, res)
+	res := c.Stream(testCtx(t), request(), rec.On)
+	providertest.CheckNoSecret(t, res, secret)
 
 	m := res.Message
 	if m.StopReason != provider.StopEnd || m.ErrorMessage != "" || res.Failure != nil {
 		t.Fatalf("result = %+v", res)
 	}
-	if got := rec.text(); got != "Hello world!" || len(rec.deltas) != 3 {
-		t.Errorf("deltas = %+v", rec.deltas)
+	if got := rec.Text(); got != "Hello world!" || len(rec.All) != 3 {
+		t.Errorf("deltas = %+v", rec.All)
 	}
 	if m.Text() != "Hello world!" || len(m.Content) != 1 || m.Role != provider.RoleAssistant || m.Model != "claude-sonnet-4-5" {
 		t.Errorf("message = %+v", m)
@@ -189,12 +149,12 @@ func TestThinkingAndToolCalls(t *testing.T) {
 	if m.StopReason != provider.StopToolUse {
 		t.Fatalf("result = %+v", res)
 	}
-	if rec.thinking() != "Let me check." || rec.text() != "Checking both." {
-		t.Errorf("deltas = %+v", rec.deltas)
+	if rec.Thinking() != "Let me check." || rec.Text() != "Checking both." {
+		t.Errorf("deltas = %+v", rec.All)
 	}
 	// Tool deltas: id and name first, then argument pieces.
 	var tools []string
-	for _, d := range rec.deltas {
+	for _, d := range rec.All {
 		if d.ToolCallID != "" {
 			tools = append(tools, fmt.Sprintf("%s/%s/%s", d.ToolCallID, d.ToolName, d.ToolArgsPart))
 		}
@@ -272,7 +232,7 @@ func TestHTTPErrors(t *testing.T) {
 			s.Enqueue(tc.step)
 			res, rec := streamT(t, newClient(t, Options{BaseURL: s.URL}), request())
 			m, f := res.Message, res.Failure
-			if m.StopReason != provider.StopError || !strings.HasPrefix(m.ErrorMessage, tc.msg) || m.StopDetails != "" || len(m.Content) != 0 || len(rec.deltas) != 0 {
+			if m.StopReason != provider.StopError || !strings.HasPrefix(m.ErrorMessage, tc.msg) || m.StopDetails != "" || len(m.Content) != 0 || len(rec.All) != 0 {
 				t.Errorf("message = %+v, want error %q", m, tc.msg)
 			}
 			if f == nil || f.Status != tc.status || f.Type != tc.typ || f.Code != tc.code {
@@ -303,7 +263,7 @@ func TestMidStreamErrorEvent(t *testing.T) {
 	}
 	res, rec := streamT(t, c, request())
 	if m, f := res.Message, res.Failure; m.StopReason != provider.StopError || m.ErrorMessage != "200 api_error: Internal server error" ||
-		m.StopDetails != provider.DetailInterruptedAfterContent || m.Text() != "Hel" || rec.text() != "Hel" || f == nil || f.Status != 200 || f.Type != "api_error" {
+		m.StopDetails != provider.DetailInterruptedAfterContent || m.Text() != "Hel" || rec.Text() != "Hel" || f == nil || f.Status != 200 || f.Type != "api_error" {
 		t.Errorf("after content: %+v", res)
 	}
 }
@@ -435,9 +395,9 @@ func TestCancelMidStreamClosesConnection(t *testing.T) {
 	c := newClient(t, Options{BaseURL: s.URL})
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	rec := &recorder{hook: func(provider.Delta) { cancel() }}
-	res := c.Stream(ctx, request(), rec.on)
-	checkNoSecret(t, res)
+	rec := &providertest.Deltas{Hook: func(provider.Delta) { cancel() }}
+	res := c.Stream(ctx, request(), rec.On)
+	providertest.CheckNoSecret(t, res, secret)
 	m := res.Message
 	if m.StopReason != provider.StopAborted || m.ErrorMessage != provider.AbortedMessage || m.Text() != "Hello" || res.Failure != nil {
 		t.Errorf("result = %+v", res)

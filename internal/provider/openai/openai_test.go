@@ -63,49 +63,11 @@ func request(msgs ...provider.Message) *provider.Request {
 	}
 }
 
-type recorder struct {
-	deltas []provider.Delta
-	hook   func(provider.Delta)
-}
-
-func (r *recorder) on(d provider.Delta) {
-	r.deltas = append(r.deltas, d)
-	if r.hook != nil {
-		r.hook(d)
-	}
-}
-
-func (r *recorder) text() string {
-	var b strings.Builder
-	for _, d := range r.deltas {
-		b.WriteString(d.Text)
-	}
-	return b.String()
-}
-
-func (r *recorder) thinking() string {
-	var b strings.Builder
-	for _, d := range r.deltas {
-		b.WriteString(d.Thinking)
-	}
-	return b.String()
-}
-
-func checkNoSecret(t *testing.T, res provider.Result) {
+func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *providertest.Deltas) {
 	t.Helper()
-	text := fmt.Sprintf("%+v %#v", res, res)
-	for i := 0; i+8 <= len(secret); i++ {
-		if strings.Contains(text, secret[i:i+8]) {
-			t.Fatalf("result carries a piece of the secret %q: %s", secret[i:i+8], text)
-		}
-	}
-}
-
-func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *recorder) {
-	t.Helper()
-	rec := &recorder{}
-	res := c.Stream(testCtx(t), req, rec.on)
-	checkNoSecret(t, res)
+	rec := &providertest.Deltas{}
+	res := c.Stream(testCtx(t), req, rec.On)
+	providertest.CheckNoSecret(t, res, secret)
 	return res, rec
 }
 
@@ -140,17 +102,17 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 				HoldAfter: firstDeltaFrame[api] + 1,
 			})
 			c := newClient(t, Options{API: api, BaseURL: s.URL + "/v1"})
-			rec := &recorder{hook: func(d provider.Delta) {
+			rec := &providertest.Deltas{Hook: func(d provider.Delta) {
 				if d.Text == "Hello" {
 					close(hold)
 				}
 			}}
-			res := c.Stream(testCtx(t), request(), rec.on)
-			checkNoSecret(t, res)
+			res := c.Stream(testCtx(t), request(), rec.On)
+			providertest.CheckNoSecret(t, res, secret)
 			m := res.Message
-			if m.StopReason != provider.StopEnd || res.Failure != nil || m.Text() != "Hello world!" || rec.text() != "Hello world!" ||
+			if m.StopReason != provider.StopEnd || res.Failure != nil || m.Text() != "Hello world!" || rec.Text() != "Hello world!" ||
 				len(m.Content) != 1 || m.Model != "gpt-5" {
-				t.Fatalf("result = %+v, deltas %+v", res, rec.deltas)
+				t.Fatalf("result = %+v, deltas %+v", res, rec.All)
 			}
 			if res.Usage != (provider.Usage{InputTokens: 25, OutputTokens: 3}) {
 				t.Errorf("usage = %+v", res.Usage)
@@ -197,11 +159,11 @@ func TestThinkingAndToolCalls(t *testing.T) {
 			}})
 			res, rec := streamT(t, newClient(t, Options{API: api, BaseURL: s.URL}), request())
 			m := res.Message
-			if m.StopReason != provider.StopToolUse || rec.thinking() != "Let me check." || rec.text() != "Checking." {
-				t.Fatalf("result = %+v, deltas %+v", res, rec.deltas)
+			if m.StopReason != provider.StopToolUse || rec.Thinking() != "Let me check." || rec.Text() != "Checking." {
+				t.Fatalf("result = %+v, deltas %+v", res, rec.All)
 			}
 			var tools []string
-			for _, d := range rec.deltas {
+			for _, d := range rec.All {
 				if d.ToolCallID != "" {
 					tools = append(tools, d.ToolCallID+"/"+d.ToolName+"/"+d.ToolArgsPart)
 				}
@@ -281,7 +243,7 @@ func TestHTTPErrors(t *testing.T) {
 				s.Enqueue(tc.step)
 				res, rec := streamT(t, newClient(t, Options{API: api, BaseURL: s.URL}), request())
 				m, f := res.Message, res.Failure
-				if m.StopReason != provider.StopError || !strings.HasPrefix(m.ErrorMessage, tc.msg) || len(m.Content) != 0 || len(rec.deltas) != 0 || res.ResetState {
+				if m.StopReason != provider.StopError || !strings.HasPrefix(m.ErrorMessage, tc.msg) || len(m.Content) != 0 || len(rec.All) != 0 || res.ResetState {
 					t.Errorf("result = %+v, want error %q", res, tc.msg)
 				}
 				if f == nil || f.Status != tc.status || f.Type != tc.typ || f.Code != tc.code {
@@ -337,7 +299,7 @@ func TestMidStreamErrors(t *testing.T) {
 				details = provider.DetailInterruptedAfterContent
 			}
 			if m.StopReason != provider.StopError || !strings.HasPrefix(m.ErrorMessage, tc.msg) || m.StopDetails != details ||
-				m.Text() != tc.text || rec.text() != tc.text || m.HasObservableOutput() != (tc.text != "") {
+				m.Text() != tc.text || rec.Text() != tc.text || m.HasObservableOutput() != (tc.text != "") {
 				t.Errorf("message = %+v, want %q details %q text %q", m, tc.msg, details, tc.text)
 			}
 			if f == nil || f.Status != 200 || f.Type != tc.typ || f.Code != tc.code || f.Headers.Get("x-request-id") == "" {
@@ -454,9 +416,9 @@ func TestReadTimeoutAndCancel(t *testing.T) {
 			c = newClient(t, Options{API: api, BaseURL: s.URL})
 			ctx, cancel := context.WithCancel(testCtx(t))
 			defer cancel()
-			rec := &recorder{hook: func(provider.Delta) { cancel() }}
-			res = c.Stream(ctx, request(), rec.on)
-			checkNoSecret(t, res)
+			rec := &providertest.Deltas{Hook: func(provider.Delta) { cancel() }}
+			res = c.Stream(ctx, request(), rec.On)
+			providertest.CheckNoSecret(t, res, secret)
 			if m := res.Message; m.StopReason != provider.StopAborted || m.ErrorMessage != provider.AbortedMessage || m.Text() != "Hello" || res.Failure != nil {
 				t.Errorf("cancelled: %+v", res)
 			}
