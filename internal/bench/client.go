@@ -278,22 +278,40 @@ func (c *Client) FollowSSE(ctx context.Context, id string, after uint64, t *Turn
 }
 
 func (c *Client) doSSE(req *http.Request, t *Turn) error {
+	err := sendSSE(c.HTTP, req, t)
+	if err == nil && strings.HasPrefix(t.Outcome, "error") {
+		err = errors.New(t.Outcome)
+	}
+	return err
+}
+
+// open sends req and returns its response when it is a 200, else an error
+// with the status and the start of the body.
+func open(hc *http.Client, req *http.Request) (*http.Response, error) {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return resp, nil
+}
+
+// sendSSE sends req, stamping the turn's send time, and reads its SSE
+// answer to the end of the turn.
+func sendSSE(hc *http.Client, req *http.Request, t *Turn) error {
 	if t.Sent == 0 {
 		t.Sent = now()
 	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := open(hc, req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
-	}
 	err = readSSE(resp.Body, t)
-	if err == nil && strings.HasPrefix(t.Outcome, "error") {
-		err = errors.New(t.Outcome)
-	}
 	drain(resp.Body)
 	return err
 }
@@ -308,15 +326,11 @@ func drain(r io.Reader) {
 // doSSEAll reads every frame until the stream ends or the request's context
 // is done (which is not an error).
 func (c *Client) doSSEAll(req *http.Request, t *Turn) error {
-	resp, err := c.HTTP.Do(req)
+	resp, err := open(c.HTTP, req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
-	}
 	br := bufio.NewReaderSize(resp.Body, 16<<10)
 	for {
 		err := readSSEFrames(br, t)
@@ -401,21 +415,7 @@ func ProviderCall(ctx context.Context, hc *http.Client, base, text string, heade
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	if t.Sent == 0 {
-		t.Sent = now()
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(b))
-	}
-	err = readSSE(resp.Body, t)
-	drain(resp.Body)
-	return err
+	return sendSSE(hc, req, t)
 }
 
 // IdleSubscriber is an SSE subscriber that reads nothing after the response
