@@ -81,6 +81,10 @@ type Redis struct {
 	// credential store and, while Redis is unreachable, probes it (default
 	// 1000).
 	SyncIntervalMs int64 `yaml:"sync_interval_ms"`
+	// LeaseMs is the lease a replica holds on a session while it runs a
+	// prompt, renewed every third of it; a lost replica's prompts are taken
+	// over by another within about 1.5 leases (default 10000).
+	LeaseMs int64 `yaml:"lease_ms"`
 	// SecretKeyEnv names an environment variable holding a 16, 24 or
 	// 32-byte key that seals credential secrets in Redis (AES-GCM); every
 	// replica needs the same one. Without it Redis holds them in clear.
@@ -272,6 +276,9 @@ func (c *Config) finish() error {
 	}
 	if c.Store.Redis.SyncIntervalMs < 0 || c.Store.Redis.SyncIntervalMs > 60000 {
 		return fmt.Errorf("config: store.redis.sync_interval_ms: must be between 0 and 60000, got %d", c.Store.Redis.SyncIntervalMs)
+	}
+	if c.Store.Redis.LeaseMs != 0 && (c.Store.Redis.LeaseMs < 300 || c.Store.Redis.LeaseMs > 600000) {
+		return fmt.Errorf("config: store.redis.lease_ms: must be between 300 and 600000, got %d", c.Store.Redis.LeaseMs)
 	}
 	if env := c.Store.Redis.SecretKeyEnv; env != "" {
 		c.Store.Redis.SecretKey = os.Getenv(env)

@@ -43,6 +43,8 @@ func toStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, credstore.ErrExists):
 		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, session.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, session.ErrLimit):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrLogClosed):

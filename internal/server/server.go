@@ -39,6 +39,7 @@ import (
 	"github.com/agentd/agentd/internal/provider/openai"
 	"github.com/agentd/agentd/internal/provider/sim"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/sessionstore"
 )
 
 // Server is a running agentd.
@@ -48,6 +49,8 @@ type Server struct {
 	sessions        *session.Manager
 	creds           credstore.Store
 	redis           redis.UniversalClient
+	shared          session.Shared // sessions shared by the replicas (Redis); nil in memory
+	sharedStore     *sessionstore.Redis
 	cooldowns       cooldownRegistry
 	tickets         *ticketAuthority
 	metrics         *metrics.Metrics
@@ -114,17 +117,20 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		providerNames[pc.Name] = true
 	}
 	s.sessions = session.NewManager(session.Options{
-		Providers:        providers,
-		Retry:            retrySettings,
-		Credentials:      credentialAdapter{store: s.creds, backend: cfg.Store.Backend, metrics: s.metrics},
-		Cooldowns:        s.cooldowns,
-		Observer:         s.metrics,
-		FallbackCooldown: time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,
-		Now:              s.now,
-		EventBuffer:      cfg.Sessions.EventBuffer,
-		MaxPromptBytes:   cfg.Sessions.MaxPromptBytes,
-		MaxSessions:      cfg.Sessions.MaxSessions,
-		Logger:           log,
+		Providers:         providers,
+		Retry:             retrySettings,
+		Credentials:       credentialAdapter{store: s.creds, backend: cfg.Store.Backend, metrics: s.metrics},
+		Cooldowns:         s.cooldowns,
+		Observer:          s.metrics,
+		FallbackCooldown:  time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,
+		Now:               s.now,
+		EventBuffer:       cfg.Sessions.EventBuffer,
+		MaxPromptBytes:    cfg.Sessions.MaxPromptBytes,
+		MaxSessions:       cfg.Sessions.MaxSessions,
+		ToolResultTimeout: time.Duration(cfg.Sessions.ToolResultTimeoutMs) * time.Millisecond,
+		Shared:            s.shared,
+		LeaseTTL:          time.Duration(cfg.Store.Redis.LeaseMs) * time.Millisecond,
+		Logger:            log,
 	})
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -295,7 +301,11 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.log.Info("agentd serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr())
+	if s.shared != nil {
+		s.log.Info("agentd serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "store", "redis", "replica", s.shared.ReplicaID())
+	} else {
+		s.log.Info("agentd serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "store", "memory")
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

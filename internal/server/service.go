@@ -28,7 +28,7 @@ func (a *agentService) session(ctx context.Context, id string) (*session.Session
 	if id == "" {
 		return nil, invalidArg("session_id", "is required")
 	}
-	s, err := a.sessions.Get(tenantOf(ctx), id)
+	s, err := a.sessions.Get(ctx, tenantOf(ctx), id)
 	return s, toStatus(err)
 }
 
@@ -56,7 +56,11 @@ func (a *agentService) GetSession(ctx context.Context, req *agentdv1.GetSessionR
 	if err != nil {
 		return nil, err
 	}
-	return sessionToProto(s.State()), nil
+	st, err := s.Snapshot(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return sessionToProto(st), nil
 }
 
 const (
@@ -80,13 +84,17 @@ func (a *agentService) ListSessions(ctx context.Context, req *agentdv1.ListSessi
 	if err != nil {
 		return nil, err
 	}
-	list, next, err := a.sessions.List(tenantOf(ctx), n, req.GetPageToken())
+	list, next, err := a.sessions.List(ctx, tenantOf(ctx), n, req.GetPageToken())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	resp := &agentdv1.ListSessionsResponse{NextPageToken: next}
 	for _, s := range list {
-		resp.Sessions = append(resp.Sessions, sessionToProto(s.State()))
+		st, err := s.Snapshot(ctx)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp.Sessions = append(resp.Sessions, sessionToProto(st))
 	}
 	return resp, nil
 }
@@ -138,7 +146,7 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 			}
 		}
 	}
-	sub, err := s.Subscribe(after)
+	sub, err := s.Subscribe(ctx, after)
 	if err != nil {
 		var dropped *session.DroppedError
 		if errors.As(err, &dropped) {
@@ -195,7 +203,9 @@ func (a *agentService) AbortRetry(ctx context.Context, req *agentdv1.AbortRetryR
 	if err != nil {
 		return nil, err
 	}
-	s.AbortRetry()
+	if err := s.AbortRetry(ctx); err != nil {
+		return nil, toStatus(err)
+	}
 	return &agentdv1.AbortRetryResponse{}, nil
 }
 
@@ -204,7 +214,9 @@ func (a *agentService) SetAutoRetry(ctx context.Context, req *agentdv1.SetAutoRe
 	if err != nil {
 		return nil, err
 	}
-	s.SetAutoRetry(req.GetEnabled())
+	if err := s.SetAutoRetry(ctx, req.GetEnabled()); err != nil {
+		return nil, toStatus(err)
+	}
 	return &agentdv1.SetAutoRetryResponse{Enabled: req.GetEnabled()}, nil
 }
 
@@ -248,7 +260,7 @@ func (a *agentService) SubmitToolResults(ctx context.Context, req *agentdv1.Subm
 	for _, r := range req.GetResults() {
 		results = append(results, session.ToolResult{CallID: r.GetCallId(), Content: r.GetContent(), IsError: r.GetIsError()})
 	}
-	if err := s.SubmitToolResults(results); err != nil {
+	if err := s.SubmitToolResults(ctx, results); err != nil {
 		return nil, toStatus(err)
 	}
 	return &agentdv1.SubmitToolResultsResponse{}, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/sessionstore"
 )
 
 // openStores builds the credential store the configuration asks for and
@@ -42,6 +43,18 @@ func (s *Server) openStores(ctx context.Context) error {
 		}
 		s.creds = st
 		s.cooldowns = cooldown.NewRedis(s.redis, r.KeyPrefix, s.now)
+		shared, err := sessionstore.NewRedis(s.redis, sessionstore.Options{
+			KeyPrefix:   r.KeyPrefix,
+			EventBuffer: cfg.Sessions.EventBuffer,
+			Timeout:     timeout,
+			Logger:      s.log,
+		})
+		if err != nil {
+			st.Close()
+			s.redis.Close()
+			return fmt.Errorf("store.redis: sessions: %w", err)
+		}
+		s.sharedStore, s.shared = shared, shared
 	default:
 		s.creds = credstore.NewMemory(credstore.MemoryOptions{Now: s.now})
 		s.cooldowns = cooldown.NewMemory(s.now)
@@ -67,8 +80,13 @@ type cooldownRegistry interface {
 // closeStores stops the stores' background work and closes the Redis client.
 func (s *Server) closeStores() error {
 	var err error
+	if s.sharedStore != nil {
+		err = s.sharedStore.Close()
+	}
 	if s.creds != nil {
-		err = s.creds.Close()
+		if cerr := s.creds.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if s.redis != nil {
 		if cerr := s.redis.Close(); err == nil {

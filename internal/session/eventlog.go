@@ -41,10 +41,13 @@ type eventLog struct {
 	onDrop    func() // a reader fell behind and was cut off
 
 	mu sync.Mutex
-	// ring[(seq-1) % size] holds seq. It grows as events come, up to size:
-	// an idle session costs no buffer.
+	// ring[(seq-base) % size] holds seq. It grows as events come, up to
+	// size: an idle session costs no buffer. base is 1 unless the log was
+	// moved forward (jump) or filled from older stored events (prepend), as
+	// a replica's copy of a shared session's log is.
 	ring   []Event
 	size   uint64
+	base   uint64
 	next   uint64 // the seq the next event gets
 	wake   chan struct{}
 	closed bool
@@ -55,7 +58,7 @@ func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()
 	if onDrop == nil {
 		onDrop = func() {}
 	}
-	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), next: 1, wake: make(chan struct{})}
+	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), base: 1, next: 1, wake: make(chan struct{})}
 }
 
 // publish stamps e with the next seq and the time, stores it and wakes
@@ -69,15 +72,90 @@ func (l *eventLog) publish(e Event) Event {
 	e.SessionID = l.sessionID
 	e.Seq = l.next
 	e.Time = l.now()
+	l.storeLocked(e)
+	l.wakeLocked()
+	return e
+}
+
+// storeLocked stores e, whose seq is next.
+func (l *eventLog) storeLocked(e Event) {
 	if uint64(len(l.ring)) < l.size {
 		l.ring = append(l.ring, e)
 	} else {
-		l.ring[(e.Seq-1)%l.size] = e
+		l.ring[(e.Seq-l.base)%l.size] = e
 	}
-	l.next++
+	l.next = e.Seq + 1
+}
+
+func (l *eventLog) wakeLocked() {
 	close(l.wake)
 	l.wake = make(chan struct{})
-	return e
+}
+
+// jumpLocked empties the log and moves it on to seq: readers behind it get
+// a *DroppedError.
+func (l *eventLog) jumpLocked(seq uint64) {
+	l.ring = l.ring[:0]
+	l.base, l.next = seq, seq
+}
+
+// jump moves an empty or stale copy of a shared log on to seq.
+func (l *eventLog) jump(seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq > l.next {
+		l.jumpLocked(seq)
+	}
+}
+
+// apply adds events stored by another replica, in seq order: the ones
+// already held are skipped; a gap (the store trimmed them) moves the log on.
+func (l *eventLog) apply(evs []Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	added := false
+	for _, e := range evs {
+		if e.Seq < l.next {
+			continue
+		}
+		if e.Seq > l.next {
+			l.jumpLocked(e.Seq)
+		}
+		l.storeLocked(e)
+		added = true
+	}
+	if added {
+		l.wakeLocked()
+	}
+}
+
+// prepend adds older stored events in front of the held ones; evs must end
+// just before the oldest held event. The log keeps at most size events.
+func (l *eventLog) prepend(evs []Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(evs) == 0 || evs[len(evs)-1].Seq+1 != l.oldestLocked() {
+		return
+	}
+	all := make([]Event, 0, len(evs)+int(l.next-l.oldestLocked()))
+	all = append(all, evs...)
+	for seq := l.oldestLocked(); seq < l.next; seq++ {
+		all = append(all, l.ring[(seq-l.base)%l.size])
+	}
+	if uint64(len(all)) > l.size {
+		all = all[uint64(len(all))-l.size:]
+	}
+	l.ring, l.base = all, all[0].Seq
+}
+
+// oldest is the oldest seq held (next when none is).
+func (l *eventLog) oldest() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.oldestLocked()
 }
 
 // lastSeq is the seq of the newest event (0 when none).
@@ -89,8 +167,8 @@ func (l *eventLog) lastSeq() uint64 {
 
 // oldestLocked is the oldest seq still held.
 func (l *eventLog) oldestLocked() uint64 {
-	if l.next-1 <= l.size {
-		return 1
+	if l.next-l.base <= l.size {
+		return l.base
 	}
 	return l.next - l.size
 }
@@ -163,7 +241,7 @@ func (s *Subscription) fill(ctx context.Context) error {
 		const batch = 256
 		n = min(n, batch)
 		for seq := s.after + 1; seq <= s.after+n; seq++ {
-			s.buf = append(s.buf, l.ring[(seq-1)%l.size])
+			s.buf = append(s.buf, l.ring[(seq-l.base)%l.size])
 		}
 		l.mu.Unlock()
 		return nil

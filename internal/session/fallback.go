@@ -148,7 +148,7 @@ func (s *Session) maybeRevert(ctx context.Context, promptID string) {
 func (s *Session) switchModelLocked(ctx context.Context, promptID, from, to, reason string) {
 	s.model = to
 	mc := &ModelChange{From: from, To: to, Reason: reason}
-	if err := s.persistLocked(ctx, promptID, provider.Message{Role: RoleModelChange}, mc); err != nil {
+	if _, err := s.persistLocked(ctx, promptID, provider.Message{Role: RoleModelChange}, mc); err != nil {
 		s.m.log.Error("persist model change", "session", s.id, "err", err)
 	}
 	s.emit(Event{Type: EventModelChange, PromptID: promptID, From: from, To: to, Reason: reason})

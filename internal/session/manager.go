@@ -83,12 +83,19 @@ type CredentialSwitch struct {
 
 // Options configure a Manager.
 type Options struct {
-	Providers   []Provider
-	Retry       retry.Settings // server defaults
-	History     History        // nil: in memory
-	Credentials Credentials    // nil: providers need none
-	Cooldowns   Cooldowns      // nil: models never cool down
-	Observer    Observer       // nil: NopObserver (metrics)
+	Providers []Provider
+	Retry     retry.Settings // server defaults
+	History   History        // nil: in memory (ignored with Shared)
+	// Shared lets several replicas serve the same sessions (nil: this
+	// process alone). It stores the histories too.
+	Shared Shared
+	// LeaseTTL is the lease a replica holds on a session while it runs a
+	// prompt (0: DefaultLeaseTTL); a lost replica's prompts are taken over
+	// within about 1.5 of it.
+	LeaseTTL    time.Duration
+	Credentials Credentials // nil: providers need none
+	Cooldowns   Cooldowns   // nil: models never cool down
+	Observer    Observer    // nil: NopObserver (metrics)
 	// FallbackCooldown is the cooldown of a failing model when the provider
 	// gave no hint (0: the retry engine's estimate from the error's wording,
 	// DefaultFallbackCooldown when it has none).
@@ -116,6 +123,7 @@ type Manager struct {
 	baseCtx context.Context
 	stop    context.CancelFunc
 	runs    sync.WaitGroup
+	bg      sync.WaitGroup // mirrors and the janitor (shared store)
 
 	mu       sync.RWMutex
 	sessions map[string]*Session
@@ -125,6 +133,9 @@ type Manager struct {
 
 // NewManager returns a Manager. Close it to stop every session.
 func NewManager(opts Options) *Manager {
+	if opts.Shared != nil {
+		opts.History = opts.Shared
+	}
 	if opts.History == nil {
 		opts.History = NewMemoryHistory()
 	}
@@ -154,6 +165,9 @@ func NewManager(opts Options) *Manager {
 		m.providers[p.Name] = p
 	}
 	m.baseCtx, m.stop = context.WithCancel(context.Background())
+	if opts.Shared != nil {
+		m.startShared()
+	}
 	return m
 }
 
@@ -213,16 +227,31 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 		primary: p.Model, model: p.Model, settings: settings,
 		log: newEventLog(id, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
 	}
+	if sh := m.opts.Shared; sh != nil {
+		m.mu.RLock()
+		closed := m.closed
+		m.mu.RUnlock()
+		if closed {
+			return nil, ErrClosed
+		}
+		order, err := sh.Create(ctx, recordOf(s))
+		if err != nil {
+			return nil, unavailable("store the session", err)
+		}
+		s.order = order
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, ErrClosed
 	}
-	if m.opts.MaxSessions > 0 && len(m.sessions) >= m.opts.MaxSessions {
-		return nil, fmt.Errorf("%w: at most %d sessions", ErrLimit, m.opts.MaxSessions)
+	if m.opts.Shared == nil {
+		if m.opts.MaxSessions > 0 && len(m.sessions) >= m.opts.MaxSessions {
+			return nil, fmt.Errorf("%w: at most %d sessions", ErrLimit, m.opts.MaxSessions)
+		}
+		m.created++
+		s.order = m.created
 	}
-	m.created++
-	s.order = m.created
 	m.sessions[id] = s
 	return s, nil
 }
@@ -320,10 +349,14 @@ func checkTools(tools []provider.Tool) error {
 	return nil
 }
 
-// Get returns tenant's session id.
-func (m *Manager) Get(tenant, id string) (*Session, error) {
+// Get returns tenant's session id. With a shared store it reads the
+// session's record (ctx bounds that).
+func (m *Manager) Get(ctx context.Context, tenant, id string) (*Session, error) {
 	if !sessionIDRe.MatchString(id) {
 		return nil, invalid("session_id", "%q is not a session id", id)
+	}
+	if m.opts.Shared != nil {
+		return m.lookupShared(ctx, tenant, id)
 	}
 	m.mu.RLock()
 	s, ok := m.sessions[id]
@@ -337,7 +370,7 @@ func (m *Manager) Get(tenant, id string) (*Session, error) {
 
 // List returns up to limit of tenant's sessions created after the page
 // token, oldest first, and the token of the next page ("" on the last).
-func (m *Manager) List(tenant string, limit int, pageToken string) ([]*Session, string, error) {
+func (m *Manager) List(ctx context.Context, tenant string, limit int, pageToken string) ([]*Session, string, error) {
 	var after uint64
 	if pageToken != "" {
 		n, err := strconv.ParseUint(strings.TrimPrefix(pageToken, "o"), 10, 64)
@@ -345,6 +378,22 @@ func (m *Manager) List(tenant string, limit int, pageToken string) ([]*Session, 
 			return nil, "", invalid("page_token", "%q is not a token this server issued", pageToken)
 		}
 		after = n
+	}
+	if sh := m.opts.Shared; sh != nil {
+		recs, err := sh.ListRecords(ctx, tenant, after, limit+1)
+		if err != nil {
+			return nil, "", unavailable("list sessions", err)
+		}
+		next := ""
+		if len(recs) > limit {
+			recs = recs[:limit]
+			next = "o" + strconv.FormatUint(recs[len(recs)-1].Order, 10)
+		}
+		out := make([]*Session, 0, len(recs))
+		for _, r := range recs {
+			out = append(out, m.adopt(r))
+		}
+		return out, next, nil
 	}
 	m.mu.RLock()
 	var out []*Session
@@ -364,9 +413,17 @@ func (m *Manager) List(tenant string, limit int, pageToken string) ([]*Session, 
 
 // Delete aborts what tenant's session id runs, then removes it.
 func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
-	s, err := m.Get(tenant, id)
+	s, err := m.Get(ctx, tenant, id)
 	if err != nil {
 		return err
+	}
+	if owner, err := s.remoteOwner(ctx); err != nil || owner != "" {
+		if err != nil {
+			return err
+		}
+		if err := s.control(ctx, owner, Control{Op: OpAbort, Cause: "session deleted"}); err != nil && !errors.Is(err, ErrUnavailable) {
+			return err
+		}
 	}
 	// Deleted first, under the same lock as the abort: no prompt can start
 	// in between.
@@ -395,6 +452,12 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 		if f, ok := p.Client.(provider.Forgetter); ok {
 			f.Forget(id)
 		}
+	}
+	if sh := m.opts.Shared; sh != nil {
+		if err := sh.Remove(context.WithoutCancel(ctx), id, tenant); err != nil {
+			return unavailable("remove the session", err)
+		}
+		return waitErr
 	}
 	if err := m.opts.History.Delete(context.WithoutCancel(ctx), id); err != nil {
 		return err
@@ -448,6 +511,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		err = fmt.Errorf("sessions did not stop in time: %w", ctx.Err())
 	}
 	m.stop()
+	m.bg.Wait()
 	for _, s := range all {
 		s.log.close()
 	}

@@ -323,7 +323,7 @@ func TestDisabledMidChainEndsTheChain(t *testing.T) {
 		}
 		defer sub.Close()
 		waitFor(t, sub, session.EventAutoRetryStart)
-		s.SetAutoRetry(false)
+		s.SetAutoRetry(t.Context(), false)
 		evs := readUntilEnd(t, sub)
 		end := only(evs, session.EventAutoRetryEnd)
 		if len(end) != 1 || end[0].Success || end[0].Attempt != 1 || last(evs).Outcome != session.OutcomeFailed {
@@ -371,7 +371,7 @@ func TestAbortRetryDuringBackoff(t *testing.T) {
 						t.Fatal(err)
 					}
 				} else {
-					s.AbortRetry()
+					s.AbortRetry(t.Context())
 				}
 				evs := readUntilEnd(t, sub)
 				if time.Since(start) != 0 {
@@ -405,7 +405,7 @@ func TestAbortRetryWhileRetriedCallStreams(t *testing.T) {
 		defer sub.Close()
 		waitFor(t, sub, session.EventAutoRetryStart)
 		waitFor(t, sub, session.EventMessageStart) // the retried call is in flight
-		s.AbortRetry()
+		s.AbortRetry(t.Context())
 		evs := readUntilEnd(t, sub)
 		if n := len(only(evs, session.EventAutoRetryStart)); n != 0 {
 			t.Fatalf("retried again after AbortRetry: %s", kinds(evs))

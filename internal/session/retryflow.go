@@ -15,7 +15,8 @@ const finalCancelled = "Retry cancelled"
 // handleRetryable is the behaviour source's #handleRetryableError, step by
 // step ("Flow", 13 steps). It returns whether the prompt continues with
 // another model call, and otherwise the prompt's final error.
-func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID string, t *turn, v retry.Verdict, allowFallback bool) (bool, string) {
+// calls is the number of model calls the prompt made so far.
+func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID string, t *turn, v retry.Verdict, allowFallback bool, calls int) (bool, string) {
 	msg := &t.Message
 	errMsg := msg.ErrorMessage
 	if errMsg == "" {
@@ -141,8 +142,13 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: string(v.Class)})
 	// 11. Drop the failed assistant message from the runtime context (only if
 	// it is still the last one); the persisted history keeps it.
+	stripped := int64(-1)
 	if n := len(s.context); n > 0 && s.context[n-1].Role == provider.RoleAssistant && s.context[n-1].StopReason == msg.StopReason {
 		s.context = s.context[:n-1]
+		if len(s.ctxIndex) == n {
+			stripped = s.ctxIndex[n-1]
+			s.ctxIndex = s.ctxIndex[:n-1]
+		}
 	}
 	// 12. Sleep, cancellable by AbortRetry (and so by Abort).
 	cancel := make(chan struct{})
@@ -153,13 +159,40 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	s.m.log.Info("retry scheduled", "session", s.id, "attempt", attempt, "max_attempts", settings.MaxRetries,
 		"class", v.Class, "delay", plan.Delay, "delay_source", plan.Source, "model", s.model,
 		"credential", s.credential.ID, "error", errMsg)
+	credID := s.credential.ID
+	var mu Mutable
+	if s.m.opts.Shared != nil {
+		mu = s.mutableLocked()
+	}
 	s.mu.Unlock()
 
+	if sh := s.m.opts.Shared; sh != nil {
+		// Durable: another replica resumes this retry at its due time if
+		// this one is lost meanwhile.
+		if stripped >= 0 {
+			s.strip(stripped)
+		}
+		ctx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), s.m.leaseTTL())
+		if err := sh.Save(ctx, s.id, mu); err != nil {
+			s.m.log.Warn("session not saved", "session", s.id, "err", err)
+		}
+		cancelSave()
+		s.saveRun(Run{PromptID: promptID, Attempt: attempt, Due: s.m.opts.Now().Add(plan.Delay), Class: string(v.Class),
+			DelaySource: string(plan.Source), Credential: credID, Calls: calls})
+	}
+	return s.backoff(ctx, gen, promptID, attempt, string(v.Class), string(plan.Source), plan.Delay, cancel, errMsg, calls)
+}
+
+// backoff is step 12's sleep, which cancel (set as the session's
+// sleepCancel by the caller, under the same lock as auto_retry_start)
+// cancels, and step 13's check. It returns whether the prompt continues.
+func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, attempt int, class, source string, d time.Duration, cancel chan struct{}, errMsg string, calls int) (bool, string) {
+	obs := s.m.opts.Observer
 	obs.InBackoff(1)
 	slept := time.Now()
-	cancelled := sleep(ctx, plan.Delay, cancel)
+	cancelled := sleep(ctx, d, cancel)
 	obs.InBackoff(-1)
-	obs.BackoffSlept(string(v.Class), string(plan.Source), time.Since(slept))
+	obs.BackoffSlept(class, source, time.Since(slept))
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,6 +209,10 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	// one is a no-op (run resolves the gate).
 	if gen != s.generation || ctx.Err() != nil {
 		return false, errMsg
+	}
+	if s.m.opts.Shared != nil {
+		// Out of backoff: a replica taking over from now on ends the prompt.
+		s.saveRun(Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls})
 	}
 	return true, ""
 }

@@ -69,7 +69,7 @@ func TestAbortRetryDuringFallbackStepCancels(t *testing.T) {
 		if st := s.State(); st.Status != session.StatusRetrying {
 			t.Fatalf("status in step 8 = %s", st.Status)
 		}
-		s.AbortRetry()
+		s.AbortRetry(t.Context())
 		close(cd.release)
 		evs := readUntilEnd(t, sub)
 		if len(only(evs, session.EventAutoRetryStart)) != 0 {

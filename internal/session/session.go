@@ -40,6 +40,17 @@ type Session struct {
 	entries  int                // persisted history length
 	deleted  bool
 
+	// With a shared store: the history indexes of the context's messages,
+	// the history length the context was built from (-1: never built
+	// here), the newest stored seq seen, and whether a mirror goroutine
+	// feeds the log from the store.
+	ctxIndex   []int64
+	ctxEntries int
+	storedSeq  uint64
+	mirroring  bool
+	pullMu     sync.Mutex // serialises pulls from the stored log
+	ending     bool       // prompt_end is out; the run is storing its last events
+
 	// The running prompt.
 	running    bool
 	promptID   string
@@ -104,9 +115,13 @@ func (s *Session) State() State {
 	return st
 }
 
-// Subscribe returns a reader of the session's events after seq after.
-func (s *Session) Subscribe(after uint64) (*Subscription, error) {
-	return s.log.subscribe(after)
+// Subscribe returns a reader of the session's events after seq after. With
+// a shared store the events come from whichever replica runs the session.
+func (s *Session) Subscribe(ctx context.Context, after uint64) (*Subscription, error) {
+	if s.m.opts.Shared == nil {
+		return s.log.subscribe(after)
+	}
+	return s.subscribeShared(ctx, after)
 }
 
 // Subscribers is the number of readers following the session's events.
@@ -118,7 +133,15 @@ func (s *Session) Messages(ctx context.Context, offset, limit int) ([]Entry, int
 }
 
 // SetAutoRetry writes the session's retry.enabled.
-func (s *Session) SetAutoRetry(enabled bool) {
+func (s *Session) SetAutoRetry(ctx context.Context, enabled bool) error {
+	if s.m.opts.Shared != nil {
+		return s.setAutoRetryShared(ctx, enabled)
+	}
+	s.setAutoRetry(enabled)
+	return nil
+}
+
+func (s *Session) setAutoRetry(enabled bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.settings.Enabled = enabled
@@ -127,10 +150,17 @@ func (s *Session) SetAutoRetry(enabled bool) {
 // AbortRetry cancels the backoff sleep of a retry chain. On a session that
 // is not retrying it is a no-op. Outside the sleep (a retried call is
 // streaming) it ends the chain at that call's failure, if it fails.
-func (s *Session) AbortRetry() {
+func (s *Session) AbortRetry(ctx context.Context) error {
+	if owner, err := s.remoteOwner(ctx); err != nil || owner != "" {
+		if err != nil {
+			return err
+		}
+		return s.control(ctx, owner, Control{Op: OpAbortRetry})
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.abortRetryLocked()
+	return nil
 }
 
 func (s *Session) abortRetryLocked() {
@@ -148,6 +178,12 @@ func (s *Session) abortRetryLocked() {
 // until the prompt has ended (or ctx is done). On an idle session it is a
 // no-op.
 func (s *Session) Abort(ctx context.Context) error {
+	if owner, err := s.remoteOwner(ctx); err != nil || owner != "" {
+		if err != nil {
+			return err
+		}
+		return s.control(ctx, owner, Control{Op: OpAbort, Cause: "aborted"})
+	}
 	return s.abort(ctx, "aborted")
 }
 
@@ -202,14 +238,20 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// Holding the manager's lock (after the session's: the only order they
-	// are taken in together) until the run is counted: Close either sees
-	// this run or refuses it.
-	s.m.mu.RLock()
-	defer s.m.mu.RUnlock()
+	for s.running && s.ending {
+		// The previous prompt has sent its prompt_end and is storing its
+		// last events: a prompt sent on seeing prompt_end waits for that.
+		done := s.runDone
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return "", nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
 	switch {
-	case s.m.closed:
-		return "", nil, ErrClosed
 	case s.deleted:
 		return "", nil, fmt.Errorf("%w: %s", ErrNotFound, s.id)
 	case s.gateOpen:
@@ -217,47 +259,110 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 	case s.running:
 		return "", nil, fmt.Errorf("%w: a prompt is running (wait for its prompt_end or Abort it)", ErrBusy)
 	}
-	sub, err := s.log.subscribe(s.log.lastSeq())
-	if err != nil {
-		return "", nil, err
+	// Counted under the manager's lock (taken after the session's: the only
+	// order they are taken in together): Close either sees this run or
+	// refuses it.
+	s.m.mu.RLock()
+	closed := s.m.closed
+	if !closed {
+		s.m.runs.Add(1)
 	}
-	user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
+	s.m.mu.RUnlock()
+	if closed {
+		return "", nil, ErrClosed
+	}
+	started := false
+	defer func() {
+		if !started {
+			s.m.runs.Done()
+		}
+	}()
 	promptID := newID("prm_")
-	if err := s.persistLocked(ctx, promptID, user, nil); err != nil {
-		sub.Close()
+	if s.m.opts.Shared != nil {
+		if err := s.acquireLocked(ctx, promptID); err != nil {
+			return "", nil, err
+		}
+	}
+	sub, err := s.log.subscribe(s.log.lastSeq())
+	if err == nil {
+		user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
+		if err = s.appendContextLocked(ctx, promptID, user); err != nil {
+			sub.Close()
+		}
+	}
+	if err != nil {
+		if s.m.opts.Shared != nil {
+			s.abandonRun()
+		}
 		return "", nil, err
 	}
-	s.context = append(s.context, user)
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
 	s.running, s.promptID, s.cancelRun, s.abortCause = true, promptID, cancel, ""
 	s.runDone = make(chan struct{})
 	gen := s.generation
-	s.m.runs.Add(1)
-	go s.run(runCtx, gen, promptID)
+	started = true
+	go s.run(runCtx, gen, promptID, nil)
 	return promptID, sub, nil
 }
 
-// persistLocked appends an entry to the persisted history.
-func (s *Session) persistLocked(ctx context.Context, promptID string, msg provider.Message, mc *ModelChange) error {
+// persistLocked appends an entry to the persisted history and returns its
+// index.
+func (s *Session) persistLocked(ctx context.Context, promptID string, msg provider.Message, mc *ModelChange) (int64, error) {
 	e := Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg, ModelChange: mc}
-	if _, err := s.m.opts.History.Append(context.WithoutCancel(ctx), s.id, e); err != nil {
-		return fmt.Errorf("persist history: %w", err)
+	idx, err := s.m.opts.History.Append(context.WithoutCancel(ctx), s.id, e)
+	if err != nil {
+		if s.m.opts.Shared != nil {
+			err = unavailable("persist history", err)
+		}
+		return 0, fmt.Errorf("persist history: %w", err)
 	}
 	s.entries++
+	return idx, nil
+}
+
+// appendContextLocked persists msg and appends it to the runtime context.
+func (s *Session) appendContextLocked(ctx context.Context, promptID string, msg provider.Message) error {
+	idx, err := s.persistLocked(ctx, promptID, msg, nil)
+	if err != nil {
+		return err
+	}
+	s.context = append(s.context, msg)
+	s.ctxIndex = append(s.ctxIndex, idx)
 	return nil
 }
 
-func (s *Session) emit(e Event) { s.log.publish(e) }
+// emit publishes e to the session's log and, with a shared store, queues it
+// for the stored stream.
+func (s *Session) emit(e Event) {
+	e = s.log.publish(e)
+	if sh := s.m.opts.Shared; sh != nil && e.Seq != 0 {
+		sh.AppendEvent(s.id, e)
+	}
+}
 
 // run is one prompt: the first agent run and every continuation of its retry
 // chain, until the chain has ended. It always ends with prompt_end.
-func (s *Session) run(ctx context.Context, gen uint64, promptID string) {
+// A prompt taken over from a lost replica (res non-nil) resumes its retry or
+// ends.
+func (s *Session) run(ctx context.Context, gen uint64, promptID string, res *resumePoint) {
 	defer s.m.runs.Done()
+	stopLease := s.keepLease()
 	started := time.Now()
-	outcome, errText := s.loop(ctx, gen, promptID)
+	var outcome, errText string
+	switch {
+	case res != nil && res.lost:
+		outcome, errText = OutcomeFailed, ErrOwnerLost
+		s.mu.Lock()
+		s.closeOwnerLostLocked(ctx, promptID, res.attempt)
+		s.mu.Unlock()
+	case res != nil:
+		outcome, errText = s.resume(ctx, gen, promptID, res)
+	default:
+		outcome, errText = s.loop(ctx, gen, promptID, 0)
+	}
+	stopLease()
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if ctx.Err() != nil && outcome != OutcomeAborted {
 		outcome = OutcomeAborted
 	}
@@ -268,19 +373,27 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string) {
 	// Every exit path resolves the gate.
 	s.gateOpen, s.retryAborted, s.sleepCancel = false, false, nil
 	s.retryAttempt = 0
+	shared := s.m.opts.Shared != nil
+	if shared {
+		s.finishSharedLocked(promptID)
+	}
 	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText})
 	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
+	if shared {
+		s.ending = true
+		s.mu.Unlock()
+		s.releaseAfterFlush()
+		s.mu.Lock()
+		s.ending = false
+	}
 	s.running, s.cancelRun, s.promptID = false, nil, ""
-	s.cancelRunDone()
-}
-
-func (s *Session) cancelRunDone() {
 	close(s.runDone)
+	s.mu.Unlock()
 }
 
 // loop runs agent runs until the prompt is done and returns its outcome.
-func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcome, errText string) {
-	call := 0
+// call is the index of its first model call in the prompt.
+func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call int) (outcome, errText string) {
 	for {
 		// Before the prompt and before every continuation: back to the
 		// primary model once its cooldown has expired.
@@ -321,7 +434,7 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string) (outcom
 			s.endChainIfOpen(promptID, ChainNotRetryable, msg.ErrorMessage)
 			return OutcomeFailed, msg.ErrorMessage
 		}
-		cont, final := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback)
+		cont, final := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback, call)
 		if !cont {
 			if ctx.Err() != nil {
 				return OutcomeAborted, final
@@ -470,10 +583,9 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, res pr
 	defer s.mu.Unlock()
 	s.streaming = false
 	// The history keeps every entry, error entries included.
-	if err := s.persistLocked(ctx, promptID, *msg, nil); err != nil {
+	if err := s.appendContextLocked(ctx, promptID, *msg); err != nil {
 		s.m.log.Error("persist assistant message", "session", s.id, "err", err)
 	}
-	s.context = append(s.context, *msg)
 	s.emit(end)
 	return turn{Result: res, verdict: v}
 }

@@ -107,10 +107,9 @@ func (s *Session) awaitToolResults(ctx context.Context, promptID string, calls [
 			Type: provider.BlockToolResult, ToolCallID: r.CallID, ToolName: p.call.Name, Text: r.Content, IsError: r.IsError,
 		})
 	}
-	if err := s.persistLocked(ctx, promptID, msg, nil); err != nil {
+	if err := s.appendContextLocked(ctx, promptID, msg); err != nil {
 		s.m.log.Error("persist tool results", "session", s.id, "err", err)
 	}
-	s.context = append(s.context, msg)
 	return errText
 }
 
@@ -128,7 +127,21 @@ func (w *toolWait) missingIDs() []string {
 // Every result is checked before any is taken: an unknown call id, a
 // duplicate or a session not waiting changes nothing. When every call of
 // the turn has its result, the run continues with the next model call.
-func (s *Session) SubmitToolResults(results []ToolResult) error {
+func (s *Session) SubmitToolResults(ctx context.Context, results []ToolResult) error {
+	if len(results) == 0 {
+		return invalid("results", "is empty")
+	}
+	owner, err := s.remoteOwner(ctx)
+	if err != nil {
+		return err
+	}
+	if owner != "" {
+		return s.control(ctx, owner, Control{Op: OpSubmitToolResults, Results: results})
+	}
+	return s.submitToolResults(results)
+}
+
+func (s *Session) submitToolResults(results []ToolResult) error {
 	if len(results) == 0 {
 		return invalid("results", "is empty")
 	}
@@ -191,8 +204,7 @@ func (s *Session) closeDanglingToolCallsLocked(ctx context.Context, promptID str
 		msg.Content = append(msg.Content, provider.Block{Type: provider.BlockToolResult, ToolCallID: c.CallID,
 			ToolName: c.Name, Text: reason, IsError: true})
 	}
-	if err := s.persistLocked(ctx, promptID, msg, nil); err != nil {
+	if err := s.appendContextLocked(ctx, promptID, msg); err != nil {
 		s.m.log.Error("persist tool results", "session", s.id, "err", err)
 	}
-	s.context = append(s.context, msg)
 }

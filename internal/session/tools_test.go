@@ -54,7 +54,7 @@ func answerTools(t *testing.T, s *session.Session, sub *session.Subscription) []
 		evs = append(evs, e)
 		switch e.Type {
 		case session.EventToolCall:
-			if err := s.SubmitToolResults([]session.ToolResult{{CallID: e.ToolCall.CallID, Content: e.ToolCall.Name + "-result"}}); err != nil {
+			if err := s.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: e.ToolCall.CallID, Content: e.ToolCall.Name + "-result"}}); err != nil {
 				t.Fatalf("SubmitToolResults: %v", err)
 			}
 		case session.EventPromptEnd:
@@ -210,7 +210,7 @@ func TestBadToolResultsChangeNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m := toolManager(t, &recorder{Provider: sim.New(sim.Options{})})
 		s := createWithTools(t, m, "a", "b")
-		if err := s.SubmitToolResults([]session.ToolResult{{CallID: "x"}}); !errors.Is(err, session.ErrNotWaiting) {
+		if err := s.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: "x"}}); !errors.Is(err, session.ErrNotWaiting) {
 			t.Fatalf("results while idle: %v", err)
 		}
 		_, sub, err := s.Prompt(context.Background(), "x [[tools: a,b]]")
@@ -232,7 +232,7 @@ func TestBadToolResultsChangeNothing(t *testing.T) {
 			{[]session.ToolResult{{CallID: a}, {CallID: "nope"}}, `results[1].call_id: unknown call id "nope"`},
 			{[]session.ToolResult{{CallID: a}, {CallID: a}}, "already submitted"},
 		} {
-			err := s.SubmitToolResults(tc.results)
+			err := s.SubmitToolResults(t.Context(), tc.results)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("SubmitToolResults(%+v) = %v, want %q", tc.results, err, tc.want)
 			}
@@ -241,16 +241,16 @@ func TestBadToolResultsChangeNothing(t *testing.T) {
 			}
 		}
 		// One at a time works; a repeat is refused.
-		if err := s.SubmitToolResults([]session.ToolResult{{CallID: a, Content: "1"}}); err != nil {
+		if err := s.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: a, Content: "1"}}); err != nil {
 			t.Fatal(err)
 		}
 		if p := s.State().PendingToolCalls; len(p) != 1 || p[0].CallID != b {
 			t.Fatalf("pending after one result = %+v", p)
 		}
-		if err := s.SubmitToolResults([]session.ToolResult{{CallID: a}}); err == nil {
+		if err := s.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: a}}); err == nil {
 			t.Fatal("second result for the same call accepted")
 		}
-		if err := s.SubmitToolResults([]session.ToolResult{{CallID: b, Content: "2", IsError: true}}); err != nil {
+		if err := s.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: b, Content: "2", IsError: true}}); err != nil {
 			t.Fatal(err)
 		}
 		evs := readUntilEnd(t, sub)
@@ -339,7 +339,7 @@ func TestManySessionsInToolLoops(t *testing.T) {
 						return
 					}
 					if e.Type == session.EventToolCall {
-						if err := s.SubmitToolResults([]session.ToolResult{{CallID: e.ToolCall.CallID, Content: "ok"}}); err != nil {
+						if err := s.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: e.ToolCall.CallID, Content: "ok"}}); err != nil {
 							errs <- err
 							return
 						}

@@ -1,0 +1,773 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+)
+
+// Sessions across replicas. With a shared store, the store is the source
+// of truth and each replica keeps a working copy of the sessions it serves:
+//
+//   - the replica running a session's prompt holds the session's lease
+//     (renewed while the prompt runs); it reloads the record, and the
+//     history when another replica wrote to it since, when it takes the
+//     lease, and writes the record back when the prompt ends;
+//   - it publishes the session's events to its own log, which queues them
+//     for the stored stream; every other replica with readers of the
+//     session mirrors the stored stream into its own copy of the log;
+//   - control calls reaching another replica are sent to the lease holder;
+//   - a janitor on every replica takes over the running prompts whose
+//     lease expired: it resumes a retry that was waiting in backoff, at its
+//     scheduled time, and ends any other prompt with "owner replica lost".
+
+// DefaultLeaseTTL is the lease of a running prompt on its session.
+const DefaultLeaseTTL = 10 * time.Second
+
+// ErrUnavailable is a failure of the shared store, or of the replica that
+// runs a session; the call can be retried.
+var ErrUnavailable = errors.New("unavailable")
+
+// ErrOwnerLost ends a prompt whose replica was lost.
+const ErrOwnerLost = "owner replica lost"
+
+// mirrorPoll is how often a replica with readers of a session it does not
+// run checks the stored log even without a notification (one can be lost
+// while the pub/sub connection reconnects).
+const mirrorPoll = 2 * time.Second
+
+func unavailable(what string, err error) error {
+	return fmt.Errorf("%w: %s: %v", ErrUnavailable, what, err)
+}
+
+func (m *Manager) leaseTTL() time.Duration {
+	if m.opts.LeaseTTL > 0 {
+		return m.opts.LeaseTTL
+	}
+	return DefaultLeaseTTL
+}
+
+// startShared starts the control handler and the janitor.
+func (m *Manager) startShared() {
+	m.opts.Shared.Serve(m.handleControl)
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		m.janitor()
+	}()
+}
+
+// recordOf is the stored form of a new session.
+func recordOf(s *Session) Record {
+	return Record{ID: s.id, Tenant: s.tenant, Role: s.role, System: s.system, Primary: s.primary,
+		Tools: s.tools, Created: s.created, Mutable: s.mutableLocked()}
+}
+
+func (s *Session) mutableLocked() Mutable {
+	mu := Mutable{Model: s.model, Settings: s.settings}
+	if fb := s.fallback; fb != nil {
+		mu.Fallback = &FallbackState{Role: fb.role, Original: fb.original, Pinned: fb.pinned}
+	}
+	return mu
+}
+
+func (s *Session) setMutableLocked(mu Mutable) {
+	s.model, s.settings, s.fallback = mu.Model, mu.Settings, nil
+	if fb := mu.Fallback; fb != nil {
+		s.fallback = &activeFallback{role: fb.Role, original: fb.Original, pinned: fb.Pinned}
+	}
+}
+
+// lookupShared returns the working copy of a stored session.
+func (m *Manager) lookupShared(ctx context.Context, tenant, id string) (*Session, error) {
+	m.mu.RLock()
+	s, ok := m.sessions[id]
+	m.mu.RUnlock()
+	if ok && s.tenant == tenant && s.runsHere() {
+		return s, nil
+	}
+	rec, found, err := m.opts.Shared.Load(ctx, id)
+	if err != nil {
+		return nil, unavailable("load session", err)
+	}
+	if !found || rec.Tenant != tenant {
+		if !found && ok {
+			m.forget(s)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return m.adopt(rec), nil
+}
+
+// adopt returns this replica's copy of a stored session, refreshed from rec
+// unless its prompt runs here.
+func (m *Manager) adopt(rec Record) *Session {
+	m.mu.Lock()
+	s, ok := m.sessions[rec.ID]
+	if !ok {
+		s = &Session{
+			m: m, id: rec.ID, tenant: rec.Tenant, created: rec.Created, order: rec.Order,
+			role: rec.Role, system: rec.System, tools: rec.Tools, primary: rec.Primary,
+			ctxEntries: -1,
+			log:        newEventLog(rec.ID, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
+		}
+		m.sessions[rec.ID] = s
+	}
+	m.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		s.setMutableLocked(rec.Mutable)
+		s.entries = rec.MessageCount
+	}
+	s.storedSeq = max(s.storedSeq, rec.LastSeq)
+	return s
+}
+
+// forget drops this replica's copy of a session that no longer exists.
+func (m *Manager) forget(s *Session) {
+	m.mu.Lock()
+	if m.sessions[s.id] == s {
+		delete(m.sessions, s.id)
+	}
+	m.mu.Unlock()
+	s.log.close()
+}
+
+func (s *Session) runsHere() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+// remoteOwner is the replica running s's prompt when it is another one; ""
+// when the prompt runs here, none runs, or there is no shared store.
+func (s *Session) remoteOwner(ctx context.Context) (string, error) {
+	sh := s.m.opts.Shared
+	if sh == nil || s.runsHere() {
+		return "", nil
+	}
+	holder, err := sh.Holder(ctx, s.id)
+	if err != nil {
+		return "", unavailable("read the session's lease", err)
+	}
+	if holder == sh.ReplicaID() {
+		return "", nil
+	}
+	return holder, nil
+}
+
+// control sends c to owner and maps its reply onto the session API's errors.
+func (s *Session) control(ctx context.Context, owner string, c Control) error {
+	c.SessionID = s.id
+	rep, err := s.m.opts.Shared.Call(ctx, owner, c)
+	switch {
+	case errors.Is(err, ErrNoReplica):
+		return fmt.Errorf("%w: replica %s runs the session but is not reachable (another replica takes its prompt over once its lease expires)", ErrUnavailable, owner)
+	case err != nil:
+		return unavailable("reach replica "+owner, err)
+	}
+	return replyError(rep)
+}
+
+func replyError(rep Reply) error {
+	switch rep.Err {
+	case "", ReplyNotOwner:
+		// Not owner: the prompt ended meanwhile; the call is a no-op on an
+		// idle session, except tool results, which nothing waits for.
+		return nil
+	case ReplyInvalid:
+		return &InvalidError{Field: rep.Field, Msg: rep.Msg}
+	case ReplyNotWaiting:
+		return ErrNotWaiting
+	default:
+		return errors.New(rep.Msg)
+	}
+}
+
+// handleControl runs a control call another replica sent to this one.
+func (m *Manager) handleControl(ctx context.Context, c Control) Reply {
+	m.mu.RLock()
+	s, ok := m.sessions[c.SessionID]
+	m.mu.RUnlock()
+	if !ok || !s.runsHere() {
+		if c.Op == OpSubmitToolResults {
+			return Reply{Err: ReplyNotWaiting}
+		}
+		return Reply{Err: ReplyNotOwner}
+	}
+	var err error
+	switch c.Op {
+	case OpState:
+		st := s.State()
+		return Reply{State: &st}
+	case OpAbortRetry:
+		s.mu.Lock()
+		s.abortRetryLocked()
+		s.mu.Unlock()
+	case OpAbort:
+		cause := c.Cause
+		if cause == "" {
+			cause = "aborted"
+		}
+		err = s.abort(ctx, cause)
+	case OpSubmitToolResults:
+		err = s.submitToolResults(c.Results)
+	case OpSetAutoRetry:
+		s.setAutoRetry(c.Enabled)
+	default:
+		return Reply{Err: ReplyOther, Msg: fmt.Sprintf("unknown control operation %q", c.Op)}
+	}
+	var inv *InvalidError
+	switch {
+	case err == nil:
+		return Reply{}
+	case errors.As(err, &inv):
+		return Reply{Err: ReplyInvalid, Field: inv.Field, Msg: inv.Msg}
+	case errors.Is(err, ErrNotWaiting):
+		return Reply{Err: ReplyNotWaiting}
+	default:
+		return Reply{Err: ReplyOther, Msg: err.Error()}
+	}
+}
+
+// Snapshot is State, asking the replica that runs the session when it is
+// another one.
+func (s *Session) Snapshot(ctx context.Context) (State, error) {
+	owner, err := s.remoteOwner(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	st := s.State()
+	if s.m.opts.Shared == nil {
+		return st, nil
+	}
+	s.mu.Lock()
+	st.LastSeq = max(st.LastSeq, s.storedSeq)
+	s.mu.Unlock()
+	if owner == "" {
+		return st, nil
+	}
+	rep, err := s.m.opts.Shared.Call(ctx, owner, Control{Op: OpState, SessionID: s.id})
+	if err == nil && rep.State != nil {
+		return *rep.State, nil
+	}
+	// The owner ended its prompt meanwhile, or is lost and its prompt is
+	// about to be taken over: it still counts as running.
+	if err == nil && rep.Err == ReplyNotOwner {
+		return st, nil
+	}
+	st.Status = StatusStreaming
+	return st, nil
+}
+
+func (s *Session) setAutoRetryShared(ctx context.Context, enabled bool) error {
+	owner, err := s.remoteOwner(ctx)
+	if err != nil {
+		return err
+	}
+	if owner != "" {
+		// The owner writes its settings back when its prompt ends.
+		return s.control(ctx, owner, Control{Op: OpSetAutoRetry, Enabled: enabled})
+	}
+	s.mu.Lock()
+	s.settings.Enabled = enabled
+	mu, running := s.mutableLocked(), s.running
+	s.mu.Unlock()
+	if running {
+		return nil
+	}
+	if err := s.m.opts.Shared.Save(ctx, s.id, mu); err != nil {
+		return unavailable("save the session", err)
+	}
+	return nil
+}
+
+// acquireLocked takes the session's lease for a prompt, then brings the
+// working copy up to date with the store and records the run.
+func (s *Session) acquireLocked(ctx context.Context, promptID string) error {
+	sh := s.m.opts.Shared
+	ok, holder, err := s.tryAcquire(ctx)
+	if err != nil {
+		return unavailable("take the session's lease", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: a prompt is running on replica %s (wait for its prompt_end or Abort it)", ErrBusy, holder)
+	}
+	err = s.syncLocked(ctx)
+	if err == nil {
+		err = sh.SaveRun(ctx, s.id, Run{PromptID: promptID, Replica: sh.ReplicaID()})
+		if err != nil {
+			err = unavailable("record the run", err)
+		}
+	}
+	if err != nil {
+		s.releaseLease()
+	}
+	return err
+}
+
+// tryAcquire takes the lease. A lease whose run is ending (its prompt_end
+// is going out, the holder is about to release it), or is not recorded yet,
+// is waited for briefly.
+func (s *Session) tryAcquire(ctx context.Context) (bool, string, error) {
+	sh := s.m.opts.Shared
+	ttl := s.m.leaseTTL()
+	wait := time.Millisecond
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		ok, holder, err := sh.Acquire(ctx, s.id, ttl)
+		if err != nil || ok {
+			return ok, holder, err
+		}
+		// No run recorded: the run ended between the two calls, a prompt is
+		// starting and has not recorded its run yet, or a janitor is
+		// looking at an ended run. Either way the answer comes soon.
+		run, found, err := sh.LoadRun(ctx, s.id)
+		if err != nil || (found && !run.Ending) || time.Now().After(deadline) {
+			return false, holder, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false, holder, nil
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+func (s *Session) releaseLease() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	if err := s.m.opts.Shared.Release(ctx, s.id); err != nil {
+		s.m.log.Warn("session lease not released (it expires on its own)", "session", s.id, "err", err)
+	}
+}
+
+// syncLocked reloads the record, rebuilds the runtime context when the
+// history changed since this replica last had it, and moves the log on to
+// the newest stored event.
+func (s *Session) syncLocked(ctx context.Context) error {
+	sh := s.m.opts.Shared
+	rec, found, err := sh.Load(ctx, s.id)
+	if err != nil {
+		return unavailable("load session", err)
+	}
+	if !found {
+		return fmt.Errorf("%w: %s", ErrNotFound, s.id)
+	}
+	s.setMutableLocked(rec.Mutable)
+	if s.ctxEntries != rec.MessageCount {
+		entries, total, err := sh.List(ctx, s.id, 0, math.MaxInt32)
+		if err != nil {
+			return unavailable("load history", err)
+		}
+		stripped, err := sh.Stripped(ctx, s.id)
+		if err != nil {
+			return unavailable("load history", err)
+		}
+		s.context, s.ctxIndex = s.context[:0], s.ctxIndex[:0]
+		for _, e := range entries {
+			if e.ModelChange != nil || e.Message.Role == RoleModelChange || slices.Contains(stripped, e.Index) {
+				continue
+			}
+			s.context = append(s.context, e.Message)
+			s.ctxIndex = append(s.ctxIndex, e.Index)
+		}
+		s.entries = total
+		s.ctxEntries = total
+	}
+	s.storedSeq = max(s.storedSeq, rec.LastSeq)
+	if s.log.lastSeq() < rec.LastSeq {
+		if s.log.subscribers() > 0 {
+			if err := s.pull(ctx); err != nil {
+				return unavailable("read events", err)
+			}
+		}
+		s.log.jump(rec.LastSeq + 1)
+	}
+	return nil
+}
+
+// keepLease renews the lease while the run lasts; stop ends it. A lease lost
+// to another replica aborts the run.
+func (s *Session) keepLease() (stop func()) {
+	sh := s.m.opts.Shared
+	if sh == nil {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		ttl := s.m.leaseTTL()
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		renewed := time.Now()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
+			ok, err := sh.Renew(ctx, s.id, ttl)
+			cancel()
+			switch {
+			case err != nil && time.Since(renewed) < ttl:
+				s.m.log.Warn("session lease not renewed", "session", s.id, "err", err)
+			case err != nil:
+				// Cut off from the store for a whole lease: another replica
+				// takes the prompt over, so this one stops it.
+				s.m.log.Error("session lease expired while the store was unreachable: aborting the prompt", "session", s.id, "err", err)
+				s.mu.Lock()
+				s.abortLocked("session lease lost")
+				s.mu.Unlock()
+				return
+			case ok:
+				renewed = time.Now()
+			case !ok:
+				s.m.log.Error("session lease lost to another replica: aborting the prompt", "session", s.id)
+				s.mu.Lock()
+				s.abortLocked("session lease lost")
+				s.mu.Unlock()
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// finishSharedLocked writes the session back and marks the run as ending,
+// before prompt_end goes out: a replica sent a prompt by a client that saw
+// prompt_end waits for the lease instead of refusing it.
+func (s *Session) finishSharedLocked(promptID string) {
+	sh := s.m.opts.Shared
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	if err := sh.Save(ctx, s.id, s.mutableLocked()); err != nil {
+		s.m.log.Error("session not saved", "session", s.id, "err", err)
+	}
+	if err := sh.SaveRun(ctx, s.id, Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true}); err != nil {
+		s.m.log.Error("run not marked as ending", "session", s.id, "err", err)
+	}
+	s.ctxEntries = s.entries
+}
+
+// abandonRun drops the run record and the lease of a prompt that could not
+// start.
+func (s *Session) abandonRun() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	if err := s.m.opts.Shared.EndRun(ctx, s.id); err != nil {
+		s.m.log.Warn("run not ended in the store (its lease expires on its own)", "session", s.id, "err", err)
+	}
+}
+
+// releaseAfterFlush stores the run's last events, then ends the run record
+// and drops the lease.
+func (s *Session) releaseAfterFlush() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	if err := s.m.opts.Shared.Flush(ctx, s.id); err != nil {
+		s.m.log.Warn("events not stored", "session", s.id, "err", err)
+	}
+	if err := s.m.opts.Shared.EndRun(ctx, s.id); err != nil {
+		s.m.log.Warn("run not ended in the store (its lease expires on its own)", "session", s.id, "err", err)
+	}
+}
+
+// saveRun records the run's retry state (due zero: not in backoff).
+func (s *Session) saveRun(r Run) {
+	sh := s.m.opts.Shared
+	if sh == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	r.Replica = sh.ReplicaID()
+	if err := sh.SaveRun(ctx, s.id, r); err != nil {
+		s.m.log.Warn("run state not stored (another replica could not resume this retry)", "session", s.id, "err", err)
+	}
+}
+
+// strip records that the history entry idx left the runtime context.
+func (s *Session) strip(idx int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	if err := s.m.opts.Shared.Strip(ctx, s.id, idx); err != nil {
+		s.m.log.Warn("stripped message not recorded", "session", s.id, "err", err)
+	}
+}
+
+// subscribeShared brings this replica's copy of the log up to date, fills in
+// older events when the reader wants them, and keeps the copy fed.
+func (s *Session) subscribeShared(ctx context.Context, after uint64) (*Subscription, error) {
+	if !s.runsHere() {
+		if s.log.lastSeq() == 0 && after > 0 {
+			// A first reader from the middle: no need for what came before.
+			last, err := s.m.opts.Shared.LastSeq(ctx, s.id)
+			if err != nil {
+				return nil, unavailable("read events", err)
+			}
+			if after <= last {
+				s.log.jump(after + 1)
+			}
+		}
+		if err := s.pull(ctx); err != nil {
+			return nil, unavailable("read events", err)
+		}
+	}
+	if oldest := s.log.oldest(); after+1 < oldest {
+		n := min(oldest-1-after, uint64(s.m.opts.EventBuffer))
+		evs, err := s.m.opts.Shared.Events(ctx, s.id, oldest-1-n, int(n))
+		if err != nil {
+			return nil, unavailable("read events", err)
+		}
+		s.log.prepend(evs)
+	}
+	sub, err := s.log.subscribe(after)
+	if err != nil {
+		return nil, err
+	}
+	s.startMirror()
+	return sub, nil
+}
+
+// pull applies the stored events after the copy's newest one.
+func (s *Session) pull(ctx context.Context) error {
+	s.pullMu.Lock()
+	defer s.pullMu.Unlock()
+	const batch = 512
+	for {
+		evs, err := s.m.opts.Shared.Events(ctx, s.id, s.log.lastSeq(), batch)
+		if err != nil {
+			return err
+		}
+		s.log.apply(evs)
+		if len(evs) < batch {
+			return nil
+		}
+	}
+}
+
+// startMirror starts the goroutine that feeds this replica's copy of the
+// log while it has readers.
+func (s *Session) startMirror() {
+	s.mu.Lock()
+	if s.mirroring {
+		s.mu.Unlock()
+		return
+	}
+	s.mirroring = true
+	s.mu.Unlock()
+	signals, stop := s.m.opts.Shared.Follow(s.id)
+	s.m.bg.Add(1)
+	go func() {
+		defer s.m.bg.Done()
+		defer stop()
+		s.mirror(signals)
+	}()
+}
+
+func (s *Session) mirror(signals <-chan struct{}) {
+	poll := time.NewTicker(mirrorPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case _, ok := <-signals:
+			if !ok {
+				// Removed by another replica.
+				s.mu.Lock()
+				s.mirroring = false
+				s.mu.Unlock()
+				s.m.forget(s)
+				return
+			}
+		case <-poll.C:
+		case <-s.m.baseCtx.Done():
+			s.mu.Lock()
+			s.mirroring = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+		if s.log.subscribers() == 0 {
+			s.mirroring = false
+			s.mu.Unlock()
+			return
+		}
+		running := s.running
+		s.mu.Unlock()
+		if running {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.m.baseCtx, s.m.leaseTTL())
+		if err := s.pull(ctx); err != nil && s.m.baseCtx.Err() == nil {
+			s.m.log.Warn("events of another replica not read", "session", s.id, "err", err)
+		}
+		cancel()
+	}
+}
+
+// janitor takes over the running prompts whose replica was lost.
+func (m *Manager) janitor() {
+	t := time.NewTicker(m.leaseTTL() / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.baseCtx.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(m.baseCtx, m.leaseTTL())
+		m.sweep(ctx)
+		cancel()
+	}
+}
+
+// sweep takes over every running prompt without a lease.
+func (m *Manager) sweep(ctx context.Context) {
+	sh := m.opts.Shared
+	ids, err := sh.Running(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("janitor: running sessions not listed", "err", err)
+		}
+		return
+	}
+	for _, id := range ids {
+		holder, err := sh.Holder(ctx, id)
+		if err != nil || holder != "" {
+			continue
+		}
+		if err := m.takeOver(ctx, id); err != nil && ctx.Err() == nil {
+			m.log.Warn("janitor: prompt not taken over", "session", id, "err", err)
+		}
+	}
+}
+
+// resumePoint is how a taken-over prompt goes on.
+type resumePoint struct {
+	lost    bool // end it: its owner was lost outside a backoff
+	attempt int
+	calls   int // model calls the prompt made so far
+	due     time.Time
+	class   string
+	source  string
+}
+
+// takeOver takes the lease of a running prompt whose owner was lost and
+// resumes its retry, or ends it.
+func (m *Manager) takeOver(ctx context.Context, id string) error {
+	sh := m.opts.Shared
+	ok, _, err := sh.Acquire(ctx, id, m.leaseTTL())
+	if err != nil || !ok {
+		return err
+	}
+	run, found, err := sh.LoadRun(ctx, id)
+	if err == nil && (!found || run.Ending) {
+		// It ended meanwhile, or its replica was lost after its prompt_end.
+		return sh.EndRun(ctx, id)
+	}
+	var rec Record
+	if err == nil {
+		rec, found, err = sh.Load(ctx, id)
+		if err == nil && !found {
+			// Deleted: nothing to end.
+			return sh.EndRun(ctx, id)
+		}
+	}
+	if err != nil {
+		_ = sh.Release(context.WithoutCancel(ctx), id)
+		return err
+	}
+	s := m.adopt(rec)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	release := func(err error) error {
+		_ = sh.Release(context.WithoutCancel(ctx), id)
+		return err
+	}
+	if s.running || s.deleted {
+		return release(nil)
+	}
+	m.mu.RLock()
+	closed := m.closed
+	if !closed {
+		m.runs.Add(1)
+	}
+	m.mu.RUnlock()
+	if closed {
+		return release(nil)
+	}
+	if err := s.syncLocked(ctx); err != nil {
+		m.runs.Done()
+		return release(err)
+	}
+	res := &resumePoint{lost: true, attempt: run.Attempt}
+	if run.Attempt > 0 && !run.Due.IsZero() {
+		res = &resumePoint{attempt: run.Attempt, due: run.Due, class: run.Class, source: run.DelaySource, calls: run.Calls}
+		s.retryAttempt, s.gateOpen = run.Attempt, true
+		run.Replica = sh.ReplicaID()
+		if err := sh.SaveRun(ctx, id, run); err != nil {
+			m.log.Warn("janitor: run not recorded", "session", id, "err", err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(m.baseCtx)
+	s.running, s.promptID, s.cancelRun, s.abortCause = true, run.PromptID, cancel, ""
+	s.runDone = make(chan struct{})
+	if res.lost {
+		m.log.Warn("janitor: the prompt's replica was lost: ending it", "session", id, "prompt", run.PromptID, "replica", run.Replica)
+	} else {
+		m.log.Info("janitor: resuming the retry of a lost replica", "session", id, "prompt", run.PromptID,
+			"replica", run.Replica, "attempt", run.Attempt, "due", run.Due)
+	}
+	go s.run(runCtx, s.generation, run.PromptID, res)
+	return nil
+}
+
+// resume goes on with a retry a lost replica had scheduled: the rest of its
+// backoff, then the retry flow as usual.
+func (s *Session) resume(ctx context.Context, gen uint64, promptID string, r *resumePoint) (outcome, errText string) {
+	s.mu.Lock()
+	cancel := make(chan struct{})
+	s.sleepCancel = cancel
+	s.mu.Unlock()
+	if cont, final := s.backoff(ctx, gen, promptID, r.attempt, r.class, r.source, max(r.due.Sub(s.m.opts.Now()), 0), cancel, "", r.calls); !cont {
+		if ctx.Err() != nil || final == finalCancelled {
+			return OutcomeAborted, final
+		}
+		return OutcomeFailed, final
+	}
+	return s.loop(ctx, gen, promptID, r.calls)
+}
+
+// closeOwnerLostLocked ends what a lost replica left open: its retry chain,
+// and tool calls that never got results.
+func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, attempt int) {
+	if attempt > 0 {
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: ErrOwnerLost})
+		s.chainEndedLocked(ChainCancelled, attempt, ErrOwnerLost)
+	}
+	n := len(s.context)
+	if n == 0 || s.context[n-1].Role != provider.RoleAssistant {
+		return
+	}
+	calls := toolCallsOf(&s.context[n-1])
+	if len(calls) == 0 {
+		return
+	}
+	msg := provider.Message{Role: provider.RoleTool}
+	for _, c := range calls {
+		msg.Content = append(msg.Content, provider.Block{Type: provider.BlockToolResult, ToolCallID: c.CallID,
+			ToolName: c.Name, Text: "not executed: " + ErrOwnerLost, IsError: true})
+	}
+	s.appendContextLocked(ctx, promptID, msg)
+}

@@ -1,0 +1,393 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/sim"
+	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/sessionstore"
+)
+
+// replicas starts n session managers sharing one redis-server, as n agentd
+// replicas do.
+func replicas(t *testing.T, n int, settings retry.Settings) []*session.Manager {
+	t.Helper()
+	srv := redistest.Start(t)
+	var ms []*session.Manager
+	for range n {
+		client := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{srv.Addr()}}, 0))
+		st, err := sessionstore.NewRedis(client, sessionstore.Options{KeyPrefix: "test:", EventBuffer: 512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := session.NewManager(session.Options{
+			Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"},
+				Client: simValidator{sim.New(sim.Options{})}}},
+			Retry:    settings,
+			Shared:   st,
+			LeaseTTL: time.Second,
+			Rand:     func() float64 { return 0.5 },
+		})
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := m.Close(ctx); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			st.Close()
+			client.Close()
+		})
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+func get(t *testing.T, m *session.Manager, id string) *session.Session {
+	t.Helper()
+	s, err := m.Get(t.Context(), "t", id)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", id, err)
+	}
+	return s
+}
+
+// next reads one event within a bounded wait.
+func next(t *testing.T, sub *session.Subscription) session.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	e, err := sub.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return e
+}
+
+func until(t *testing.T, sub *session.Subscription, typ string) []session.Event {
+	t.Helper()
+	var evs []session.Event
+	for {
+		e := next(t, sub)
+		evs = append(evs, e)
+		if e.Type == typ {
+			return evs
+		}
+	}
+}
+
+// Create on A, prompt on B, follow from C, resume on C from the middle, and
+// read the history anywhere.
+func TestReplicasCreatePromptStream(t *testing.T) {
+	ms := replicas(t, 3, retry.DefaultSettings())
+	a, b, c := ms[0], ms[1], ms[2]
+	s, err := a.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo", SystemPrompt: "be brief"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.ID()
+
+	follow, err := get(t, c, id).Subscribe(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Close()
+
+	_, sub, err := get(t, b, id).Prompt(t.Context(), "hello [[tokens: 20]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onB := until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	onC := until(t, follow, session.EventPromptEnd)
+	if len(onB) != len(onC) {
+		t.Fatalf("B saw %d events, C %d", len(onB), len(onC))
+	}
+	for i := range onB {
+		if onB[i].Seq != onC[i].Seq || onB[i].Type != onC[i].Type || onB[i].TextDelta != onC[i].TextDelta {
+			t.Fatalf("event %d: B %+v, C %+v", i, onB[i], onC[i])
+		}
+	}
+	if onC[len(onC)-1].Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end = %+v", onC[len(onC)-1])
+	}
+
+	// A reader on A resuming from the middle gets the rest, then the next
+	// prompt's events (run on C this time).
+	mid := onB[len(onB)/2].Seq
+	resumed, err := get(t, a, id).Subscribe(t.Context(), mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close()
+	if e := next(t, resumed); e.Seq != mid+1 {
+		t.Fatalf("resumed after %d at %d", mid, e.Seq)
+	}
+	if _, sub, err = get(t, c, id).Prompt(t.Context(), "again"); err != nil {
+		t.Fatal(err)
+	}
+	onC2 := until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	last := until(t, resumed, session.EventPromptEnd)
+	if last[len(last)-1].Seq != onB[len(onB)-1].Seq {
+		t.Fatalf("resumed reader ended first prompt at %d, want %d", last[len(last)-1].Seq, onB[len(onB)-1].Seq)
+	}
+	last = until(t, resumed, session.EventPromptEnd)
+	if got, want := last[len(last)-1].Seq, onC2[len(onC2)-1].Seq; got != want {
+		t.Fatalf("A's reader ended the second prompt at %d, C at %d", got, want)
+	}
+	if onC2[0].Seq != onB[len(onB)-1].Seq+1 {
+		t.Fatalf("second prompt's first seq %d does not follow %d", onC2[0].Seq, onB[len(onB)-1].Seq)
+	}
+
+	// The second prompt ran with the first's context: history on every replica.
+	for i, m := range ms {
+		entries, total, err := get(t, m, id).Messages(t.Context(), 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total != 4 || entries[0].Message.Text() != "hello [[tokens: 20]]" || entries[3].Message.Role != provider.RoleAssistant {
+			t.Fatalf("replica %d: history %d entries: %+v", i, total, entries)
+		}
+		st, err := get(t, m, id).Snapshot(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status != session.StatusIdle || st.MessageCount != 4 || st.SystemPrompt != "be brief" || st.LastSeq != onC2[len(onC2)-1].Seq {
+			t.Fatalf("replica %d: state %+v", i, st)
+		}
+	}
+	list, _, err := b.List(t.Context(), "t", 10, "")
+	if err != nil || len(list) != 1 || list[0].ID() != id {
+		t.Fatalf("List on B = %v, %v", list, err)
+	}
+	if _, err := c.Get(t.Context(), "other", id); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("another tenant's Get = %v", err)
+	}
+}
+
+// AbortRetry and GetSession sent to replicas that do not run the prompt
+// reach the one that does.
+func TestReplicasControlReachesOwner(t *testing.T) {
+	ms := replicas(t, 2, retry.DefaultSettings())
+	a, b := ms[0], ms[1]
+	s, err := a.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err := s.Prompt(t.Context(), "[[faults: 429:retry-after=60,ok]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	until(t, sub, session.EventAutoRetryStart)
+
+	onB := get(t, b, s.ID())
+	st, err := onB.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != session.StatusRetrying || !st.IsRetrying || st.RetryAttempt != 1 {
+		t.Fatalf("state through B = %+v", st)
+	}
+	if _, _, err := onB.Prompt(t.Context(), "no"); !errors.Is(err, session.ErrBusy) {
+		t.Fatalf("Prompt on B while A runs = %v", err)
+	}
+	if err := onB.AbortRetry(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, sub, session.EventPromptEnd)
+	end := evs[len(evs)-1]
+	if end.Outcome != session.OutcomeAborted || end.Error != "Retry cancelled" {
+		t.Fatalf("prompt_end = %+v", end)
+	}
+	// Free again, on either replica.
+	if _, sub2, err := onB.Prompt(t.Context(), "next"); err != nil {
+		t.Fatal(err)
+	} else {
+		until(t, sub2, session.EventPromptEnd)
+		sub2.Close()
+	}
+}
+
+// Tool results sent to a replica that does not run the prompt reach the
+// one that does; a bad one is refused there, with the field named.
+func TestReplicasToolResultsReachOwner(t *testing.T) {
+	ms := replicas(t, 2, retry.DefaultSettings())
+	a, b := ms[0], ms[1]
+	s, err := a.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo",
+		Tools: []provider.Tool{{Name: "lookup"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err := s.Prompt(t.Context(), "[[tools: lookup]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	evs := until(t, sub, session.EventToolCall)
+	call := evs[len(evs)-1].ToolCall
+	onB := get(t, b, s.ID())
+	var inv *session.InvalidError
+	if err := onB.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: "nope"}}); !errors.As(err, &inv) || inv.Field != "results[0].call_id" {
+		t.Fatalf("bad result through B = %v", err)
+	}
+	if err := onB.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: call.CallID, Content: "42"}}); err != nil {
+		t.Fatal(err)
+	}
+	evs = until(t, sub, session.EventPromptEnd)
+	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end = %+v", end)
+	}
+	if err := onB.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: call.CallID}}); !errors.Is(err, session.ErrNotWaiting) {
+		t.Fatalf("results after the run = %v", err)
+	}
+}
+
+// Prompts sent to one session from every replica at once: exactly one runs.
+func TestReplicasConcurrentPromptsOneRuns(t *testing.T) {
+	ms := replicas(t, 3, retry.DefaultSettings())
+	s, err := ms[0].Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		var ran, busy atomic.Int32
+		var wg sync.WaitGroup
+		var subs sync.Map
+		for i := range 12 {
+			wg.Go(func() {
+				_, sub, err := get(t, ms[i%3], s.ID()).Prompt(t.Context(), fmt.Sprintf("round %d from %d [[faults: ok:delay=300]]", round, i))
+				switch {
+				case err == nil:
+					ran.Add(1)
+					subs.Store(i, sub)
+				case errors.Is(err, session.ErrBusy):
+					busy.Add(1)
+				default:
+					t.Errorf("Prompt: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if ran.Load() != 1 || busy.Load() != 11 {
+			t.Fatalf("round %d: %d ran, %d busy", round, ran.Load(), busy.Load())
+		}
+		subs.Range(func(_, v any) bool {
+			sub := v.(*session.Subscription)
+			until(t, sub, session.EventPromptEnd)
+			sub.Close()
+			return true
+		})
+	}
+	_, total, err := get(t, ms[2], s.ID()).Messages(t.Context(), 0, 1)
+	if err != nil || total != 10 {
+		t.Fatalf("history has %d entries (%v), want 10", total, err)
+	}
+}
+
+// Deleting on one replica aborts the prompt running on another and ends
+// every replica's readers.
+func TestReplicasDelete(t *testing.T) {
+	ms := replicas(t, 2, retry.DefaultSettings())
+	a, b := ms[0], ms[1]
+	s, err := a.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err := s.Prompt(t.Context(), "[[faults: 529:retry-after=60,ok]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	until(t, sub, session.EventAutoRetryStart)
+	follow, err := get(t, b, s.ID()).Subscribe(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Close()
+	if err := b.Delete(t.Context(), "t", s.ID()); err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, sub, session.EventPromptEnd)
+	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeAborted {
+		t.Fatalf("prompt_end = %+v", end)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		_, err := follow.Next(ctx)
+		if errors.Is(err, session.ErrLogClosed) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("B's reader: %v", err)
+		}
+	}
+	for _, m := range ms {
+		if _, err := m.Get(t.Context(), "t", s.ID()); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Get after delete = %v", err)
+		}
+	}
+}
+
+// Many sessions prompting through random replicas while readers follow
+// them from others.
+func TestReplicasStress(t *testing.T) {
+	ms := replicas(t, 3, retry.Settings{Enabled: true, MaxRetries: 3, BaseDelay: time.Millisecond, MaxDelay: time.Second})
+	const n = 40
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			s, err := ms[i%3].Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			follow, err := get(t, ms[(i+1)%3], s.ID()).Subscribe(t.Context(), 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer follow.Close()
+			for p := range 3 {
+				_, sub, err := get(t, ms[(i+p)%3], s.ID()).Prompt(t.Context(), "go [[faults: 503,ok]] [[tokens: 5]]")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				evs := until(t, sub, session.EventPromptEnd)
+				sub.Close()
+				if end := evs[len(evs)-1]; end.Outcome != session.OutcomeCompleted {
+					t.Errorf("prompt_end = %+v", end)
+				}
+				fevs := until(t, follow, session.EventPromptEnd)
+				if fevs[len(fevs)-1].Seq != evs[len(evs)-1].Seq {
+					t.Errorf("follower ended at %d, runner at %d", fevs[len(fevs)-1].Seq, evs[len(evs)-1].Seq)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	list, _, err := ms[1].List(t.Context(), "t", 1000, "")
+	if err != nil || len(list) != n {
+		t.Fatalf("List = %d sessions, %v", len(list), err)
+	}
+	for _, s := range list {
+		if !strings.HasPrefix(s.ID(), "ses_") {
+			t.Fatal(s.ID())
+		}
+	}
+}

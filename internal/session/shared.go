@@ -1,0 +1,187 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/retry"
+)
+
+// Shared is the store through which several replicas serve the same
+// sessions (Redis): session records, persisted histories, event logs,
+// leases, the durable state of running prompts and control messages
+// between replicas. Without one (Options.Shared nil) sessions live in this
+// process only.
+//
+// Every method is safe for concurrent use. Errors are the store's (a Redis
+// error); "not found" is reported through ok results, never as an error.
+type Shared interface {
+	// History stores the persisted histories (Entry.Index is the list index).
+	History
+
+	// ReplicaID names this process among the replicas (unique per process).
+	ReplicaID() string
+
+	// Create stores a new session's record and indexes it for its tenant.
+	// It returns the session's order: increasing over every replica.
+	Create(ctx context.Context, r Record) (order uint64, err error)
+	// Load returns a session's record, with MessageCount (the history's
+	// length) and LastSeq (the newest event's seq) filled in; ok is false
+	// when there is no such session.
+	Load(ctx context.Context, id string) (r Record, ok bool, err error)
+	// ListRecords returns up to limit records of tenant whose Order is greater than
+	// after, in increasing Order (MessageCount and LastSeq filled in).
+	ListRecords(ctx context.Context, tenant string, after uint64, limit int) ([]Record, error)
+	// Save writes the mutable part of a session's record.
+	Save(ctx context.Context, id string, m Mutable) error
+	// Remove deletes every key of the session and its tenant index entry,
+	// and tells every replica following it (its Follow channel closes).
+	Remove(ctx context.Context, id, tenant string) error
+
+	// Strip records that the history entry at index left the runtime
+	// context (a failed message dropped by a retry, step 11).
+	Strip(ctx context.Context, id string, index int64) error
+	// Stripped returns the indexes recorded by Strip.
+	Stripped(ctx context.Context, id string) ([]int64, error)
+
+	// Acquire takes the session's lease for this replica for ttl when no
+	// replica holds it (SET NX PX). When another holds it, ok is false and
+	// holder names it.
+	Acquire(ctx context.Context, id string, ttl time.Duration) (ok bool, holder string, err error)
+	// Renew extends this replica's lease; false when it no longer holds it.
+	Renew(ctx context.Context, id string, ttl time.Duration) (bool, error)
+	// Release drops the lease if this replica holds it.
+	Release(ctx context.Context, id string) error
+	// Holder is the replica holding the lease, "" when none.
+	Holder(ctx context.Context, id string) (string, error)
+
+	// SaveRun stores the durable state of the session's running prompt and
+	// adds the session to the set of running sessions.
+	SaveRun(ctx context.Context, id string, r Run) error
+	// LoadRun returns the state SaveRun stored; ok false when none.
+	LoadRun(ctx context.Context, id string) (r Run, ok bool, err error)
+	// EndRun ends the run of the replica holding the session's lease: when
+	// this replica holds it, it drops the run state and the lease in one
+	// step, and removes the session from the set; otherwise it does
+	// nothing.
+	EndRun(ctx context.Context, id string) error
+	// Running returns the ids in the set of running sessions.
+	Running(ctx context.Context) ([]string, error)
+
+	// AppendEvent queues an event (already stamped with its seq) for the
+	// session's event stream. A background writer batches queued events
+	// (pipelined XADDs with id <seq>-0, the stream trimmed to about the
+	// configured length) and then notifies the replicas following the
+	// session. It never blocks on Redis.
+	AppendEvent(id string, e Event)
+	// Flush returns once every event AppendEvent queued for id before the call
+	// is stored (or could not be: the writer's error).
+	Flush(ctx context.Context, id string) error
+	// LastSeq is the seq of the newest stored event, 0 when none.
+	LastSeq(ctx context.Context, id string) (uint64, error)
+	// Events returns up to count stored events with seq greater than
+	// after, in order. A first event whose seq is beyond after+1 means the
+	// ones in between were trimmed.
+	Events(ctx context.Context, id string, after uint64, count int) ([]Event, error)
+	// Follow delivers a signal (non-blocking, coalesced) on the returned
+	// channel whenever another replica stores events of the session; the
+	// channel is closed when the session is removed. stop ends it. At most
+	// one follower per id at a time.
+	Follow(id string) (signals <-chan struct{}, stop func())
+
+	// Call sends a control message to replica and waits for its reply, or
+	// for ctx. It fails with ErrNoReplica when no replica by that name
+	// listens.
+	Call(ctx context.Context, replica string, c Control) (Reply, error)
+	// Serve sets the handler of control messages sent to this replica. Each
+	// message is handled in a goroutine of its own.
+	Serve(h func(ctx context.Context, c Control) Reply)
+}
+
+// ErrNoReplica: a control message found no replica to take it.
+var ErrNoReplica = errors.New("no replica by that name is listening")
+
+// Record is a session as the shared store keeps it.
+type Record struct {
+	ID           string          `json:"id"`
+	Tenant       string          `json:"tenant"`
+	Role         string          `json:"role"`
+	System       string          `json:"system,omitempty"`
+	Primary      string          `json:"primary"`
+	Tools        []provider.Tool `json:"tools,omitempty"`
+	Created      time.Time       `json:"created"`
+	Order        uint64          `json:"order"`
+	Mutable      `json:"mutable"`
+	MessageCount int    `json:"-"`
+	LastSeq      uint64 `json:"-"`
+}
+
+// Mutable is the part of a record that changes after creation.
+type Mutable struct {
+	Model    string         `json:"model"`
+	Settings retry.Settings `json:"settings"`
+	Fallback *FallbackState `json:"fallback,omitempty"`
+}
+
+// FallbackState is a session's active model fallback.
+type FallbackState struct {
+	Role     string `json:"role"`
+	Original string `json:"original"`
+	Pinned   bool   `json:"pinned,omitempty"`
+}
+
+// Run is the durable state of a running prompt: enough for another replica
+// to end it, or to resume its retry, when its owner is lost.
+type Run struct {
+	PromptID string `json:"promptId"`
+	Replica  string `json:"replica"`
+	// A retry waiting in backoff: its attempt, when it is due, and the
+	// chain's state at that point.
+	Attempt     int       `json:"attempt,omitempty"`
+	Due         time.Time `json:"due,omitzero"`
+	Class       string    `json:"class,omitempty"`
+	DelaySource string    `json:"delaySource,omitempty"`
+	Credential  string    `json:"credential,omitempty"`
+	// Calls is the number of model calls the prompt made so far.
+	Calls int `json:"calls,omitempty"`
+	// Ending: the prompt has ended (its prompt_end is going out); the
+	// holder is about to release the lease.
+	Ending bool `json:"ending,omitempty"`
+}
+
+// Control is a call one replica makes to the owner of a session.
+type Control struct {
+	Op        string       `json:"op"` // one of the Op constants
+	SessionID string       `json:"sessionId"`
+	Enabled   bool         `json:"enabled,omitempty"` // OpSetAutoRetry
+	Cause     string       `json:"cause,omitempty"`   // OpAbort
+	Results   []ToolResult `json:"results,omitempty"` // OpSubmitToolResults
+}
+
+// Control operations.
+const (
+	OpState             = "state"
+	OpAbortRetry        = "abort_retry"
+	OpAbort             = "abort"
+	OpSubmitToolResults = "submit_tool_results"
+	OpSetAutoRetry      = "set_auto_retry"
+)
+
+// Reply is the owner's answer to a Control.
+type Reply struct {
+	// Err is the error kind, "" for success: one of the Reply constants.
+	Err   string `json:"err,omitempty"`
+	Field string `json:"field,omitempty"` // ReplyInvalid
+	Msg   string `json:"msg,omitempty"`
+	State *State `json:"state,omitempty"` // OpState
+}
+
+// Reply error kinds.
+const (
+	ReplyInvalid    = "invalid"
+	ReplyNotWaiting = "not_waiting"
+	ReplyNotOwner   = "not_owner"
+	ReplyOther      = "other"
+)

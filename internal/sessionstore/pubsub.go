@@ -1,0 +1,277 @@
+package sessionstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/session"
+)
+
+type handlerFunc = func(ctx context.Context, c session.Control) session.Reply
+
+// follower is the registration of a Follow call.
+type follower struct {
+	ch chan struct{} // cap 1; closed when the session is removed
+}
+
+// envelope is a message on a control channel: a request (Control set) or
+// a reply (Reply set) to the request with the same ID.
+type envelope struct {
+	ID      string           `json:"id"`
+	From    string           `json:"from,omitempty"`
+	Control *session.Control `json:"control,omitempty"`
+	Reply   *session.Reply   `json:"reply,omitempty"`
+}
+
+// listen reads the pub/sub connection until Close.
+func (r *Redis) listen(msgs <-chan any) {
+	defer close(r.readerEnd)
+	for msg := range msgs {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				r.confirmed(m.Channel)
+			}
+		case *redis.Message:
+			if m.Channel == r.control {
+				r.onControl(m.Payload)
+			} else {
+				r.onNotify(m.Channel, m.Payload)
+			}
+		}
+	}
+}
+
+// confirmed releases the Follow calls waiting for channel's subscription.
+func (r *Redis) confirmed(channel string) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	for c := range r.confirms[channel] {
+		close(c)
+	}
+	delete(r.confirms, channel)
+}
+
+func (r *Redis) onNotify(channel, payload string) {
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	f := r.follows[channel]
+	switch {
+	case f == nil, payload == r.id:
+	case payload == deletedPayload:
+		close(f.ch)
+		delete(r.follows, channel)
+	default:
+		select {
+		case f.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Follow implements session.Shared. It subscribes to the session's notify
+// channel on the store's pub/sub connection and returns once Redis has
+// confirmed the subscription, so that events stored after it returns are
+// signalled; when Redis does not confirm within Options.Timeout it logs a
+// warning and returns anyway (go-redis subscribes again once connected;
+// followers poll as well). A second Follow of the same id replaces the
+// first, whose channel then receives nothing more. After Close the channel
+// never receives.
+func (r *Redis) Follow(id string) (<-chan struct{}, func()) {
+	channel := r.notifyChannel(id)
+	f := &follower{ch: make(chan struct{}, 1)}
+	select {
+	case <-r.closed:
+		return f.ch, func() {}
+	default:
+	}
+	confirm := make(chan struct{})
+	ctx, cancel := context.WithTimeout(r.ctx, r.o.Timeout)
+	defer cancel()
+
+	r.subMu.Lock()
+	r.pmu.Lock()
+	r.follows[channel] = f
+	if r.confirms[channel] == nil {
+		r.confirms[channel] = map[chan struct{}]struct{}{}
+	}
+	r.confirms[channel][confirm] = struct{}{}
+	r.pmu.Unlock()
+	err := r.ps.Subscribe(ctx, channel)
+	r.subMu.Unlock()
+
+	if err == nil {
+		select {
+		case <-confirm:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		r.pmu.Lock()
+		delete(r.confirms[channel], confirm)
+		if len(r.confirms[channel]) == 0 {
+			delete(r.confirms, channel)
+		}
+		r.pmu.Unlock()
+		r.log.Warn("session store: subscription to a session's notifications not confirmed (go-redis retries on reconnect)",
+			"session", id, "err", err)
+	}
+
+	var once sync.Once
+	return f.ch, func() {
+		once.Do(func() {
+			r.pmu.Lock()
+			if r.follows[channel] == f {
+				delete(r.follows, channel)
+			}
+			r.pmu.Unlock()
+			r.unsubscribeIdle(channel)
+		})
+	}
+}
+
+// unsubscribeIdle unsubscribes from channel unless a follower registered
+// for it meanwhile.
+func (r *Redis) unsubscribeIdle(channel string) {
+	r.subMu.Lock()
+	defer r.subMu.Unlock()
+	r.pmu.Lock()
+	_, busy := r.follows[channel]
+	r.pmu.Unlock()
+	if busy {
+		return
+	}
+	select {
+	case <-r.closed:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.o.Timeout)
+	defer cancel()
+	if err := r.ps.Unsubscribe(ctx, channel); err != nil {
+		// go-redis has forgotten the channel already: a reconnection
+		// does not subscribe to it again.
+		r.log.Debug("session store: unsubscribe", "channel", channel, "err", err)
+	}
+}
+
+// Serve implements session.Shared. Control messages that arrive before
+// the first Serve are answered ReplyOther "replica not ready".
+func (r *Redis) Serve(h func(ctx context.Context, c session.Control) session.Reply) {
+	if h == nil {
+		r.handler.Store(nil)
+		return
+	}
+	r.handler.Store(&h)
+}
+
+// Call implements session.Shared. The control message is published on
+// replica's control channel (no subscriber: ErrNoReplica); the reply comes
+// on this replica's. When ctx has no deadline the wait is bounded by the
+// handler's own bound (30s) plus Options.Timeout.
+func (r *Redis) Call(ctx context.Context, replica string, c session.Control) (session.Reply, error) {
+	select {
+	case <-r.closed:
+		return session.Reply{}, ErrClosed
+	default:
+	}
+	reqID := randomHex(8)
+	data, err := json.Marshal(envelope{ID: reqID, From: r.id, Control: &c})
+	if err != nil {
+		return session.Reply{}, fmt.Errorf("sessionstore: call %s: %w", replica, err)
+	}
+	wait := make(chan session.Reply, 1)
+	r.pmu.Lock()
+	r.calls[reqID] = wait
+	r.pmu.Unlock()
+	defer func() {
+		r.pmu.Lock()
+		delete(r.calls, reqID)
+		r.pmu.Unlock()
+	}()
+
+	pctx, cancel := r.op(ctx)
+	n, err := r.c.Publish(pctx, r.controlChannel(replica), data).Result()
+	cancel()
+	if err != nil {
+		return session.Reply{}, wrap("call "+replica, err)
+	}
+	if n == 0 {
+		return session.Reply{}, fmt.Errorf("sessionstore: call %s: %w", replica, session.ErrNoReplica)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, handlerTimeout+r.o.Timeout)
+		defer cancel()
+	}
+	select {
+	case rep := <-wait:
+		return rep, nil
+	case <-ctx.Done():
+		return session.Reply{}, fmt.Errorf("sessionstore: call %s: no reply: %w", replica, ctx.Err())
+	case <-r.closed:
+		return session.Reply{}, ErrClosed
+	}
+}
+
+// onControl handles a message on this replica's control channel: a reply
+// goes to its Call, a request to the handler in a goroutine of its own.
+func (r *Redis) onControl(payload string) {
+	var env envelope
+	if err := json.Unmarshal([]byte(payload), &env); err != nil {
+		r.log.Warn("session store: malformed control message", "err", err)
+		return
+	}
+	switch {
+	case env.Reply != nil:
+		r.pmu.Lock()
+		wait := r.calls[env.ID]
+		delete(r.calls, env.ID)
+		r.pmu.Unlock()
+		if wait != nil {
+			wait <- *env.Reply // cap 1, one reply per id
+		}
+	case env.Control != nil && env.From != "":
+		r.handlers.Add(1)
+		go r.handle(env)
+	default:
+		r.log.Warn("session store: control message without control or sender", "id", env.ID)
+	}
+}
+
+// handle runs the handler on one control message and publishes its reply
+// to the sender's control channel.
+func (r *Redis) handle(env envelope) {
+	defer r.handlers.Done()
+	rep := session.Reply{Err: session.ReplyOther, Msg: "replica not ready"}
+	if h := r.handler.Load(); h != nil {
+		rep = r.runHandler(*h, *env.Control)
+	}
+	data, err := json.Marshal(envelope{ID: env.ID, From: r.id, Reply: &rep})
+	if err != nil {
+		r.log.Error("session store: control reply not encodable", "op", env.Control.Op, "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.o.Timeout)
+	defer cancel()
+	if err := r.c.Publish(ctx, r.controlChannel(env.From), data).Err(); err != nil {
+		r.log.Warn("session store: control reply not sent", "to", env.From, "op", env.Control.Op, "err", err)
+	}
+}
+
+func (r *Redis) runHandler(h handlerFunc, c session.Control) (rep session.Reply) {
+	ctx, cancel := context.WithTimeout(r.ctx, handlerTimeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("session store: control handler panicked", "op", c.Op, "session", c.SessionID, "panic", p)
+			rep = session.Reply{Err: session.ReplyOther, Msg: "internal error"}
+		}
+	}()
+	return h(ctx, c)
+}

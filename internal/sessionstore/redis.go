@@ -1,0 +1,728 @@
+// Package sessionstore is the Redis implementation of session.Shared: the
+// store through which several agentd replicas serve the same sessions.
+//
+// What lives where in Redis (<prefix> is Options.KeyPrefix; every key of
+// one session carries the hash tag {<id>}, so that they share a Cluster
+// slot and one DEL can drop them all):
+//
+//	<prefix>{<id>}:meta      HASH    record  = JSON of session.Record as created (Order, and the Mutable of the time)
+//	                                 mutable = JSON of session.Mutable (Save overwrites it; Load reads Mutable from it)
+//	<prefix>{<id>}:history   LIST    JSON of session.Entry; the list index is Entry.Index
+//	<prefix>{<id>}:stripped  SET     history indexes that left the runtime context (Strip)
+//	<prefix>{<id>}:events    STREAM  entry id <seq>-0, field e = JSON of session.Event; MAXLEN ~ Options.EventBuffer
+//	<prefix>{<id>}:lease     STRING  id of the replica holding the session (SET NX PX); TTL = the lease
+//	<prefix>{<id>}:run       STRING  JSON of session.Run, the durable state of the running prompt
+//	<prefix>{<id>}:notify    channel "<replica id>" after each batch of events that replica wrote, "deleted" on Remove
+//	<prefix>sessions:order   STRING  INCR counter: the sessions' Order
+//	<prefix>sessions:running SET     ids of the sessions with a :run key (SaveRun adds, EndRun removes)
+//	<prefix>tenant:<h>:sessions ZSET member = session id, score = Order; h = first 16 hex digits of sha256(tenant)
+//	<prefix>replica:<replica id>:control  channel  control messages to that replica and replies to its calls:
+//	                                 {"id","from","control"} requests, {"id","reply"} replies
+//
+// Only :lease expires. Events are written by a background writer in
+// pipelined batches (AppendEvent never waits for Redis); each replica holds
+// one pub/sub connection carrying its control channel and the notify
+// channels of the sessions it follows.
+package sessionstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/session"
+)
+
+// Options configure a Redis session store.
+type Options struct {
+	// KeyPrefix starts every key and channel name (e.g. "agentd:", the
+	// configuration's store.redis.key_prefix).
+	KeyPrefix string
+	// ReplicaID names this process among the replicas; "" gives a random
+	// one ("rep_" and 10 lowercase base32 characters). It must be unique
+	// per process and must not be "deleted".
+	ReplicaID string
+	// EventBuffer is about how many events each session's stream keeps
+	// (XADD MAXLEN ~, approximate trimming); <= 0 means DefaultEventBuffer.
+	EventBuffer int
+	// Timeout bounds each Redis operation whose context has no tighter
+	// deadline; <= 0 means DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives warnings (events not stored, lost subscriptions); nil
+	// discards them.
+	Logger *slog.Logger
+
+	// maxQueue bounds the event writer's queue (tests lower it); <= 0
+	// means defaultMaxQueue.
+	maxQueue int
+}
+
+// Defaults of Options.
+const (
+	DefaultEventBuffer = 4096
+	DefaultTimeout     = 2 * time.Second
+)
+
+const (
+	// defaultMaxQueue bounds the events waiting for the writer: beyond it
+	// the oldest are dropped, so a Redis outage cannot grow memory without
+	// bound (the owner keeps them in its in-memory log).
+	defaultMaxQueue = 100_000
+	// maxBatch bounds one pipeline of the writer.
+	maxBatch = 4096
+	// handlerTimeout bounds the handling of one control message.
+	handlerTimeout = 30 * time.Second
+	// deletedPayload on a notify channel: the session was removed.
+	deletedPayload = "deleted"
+)
+
+// ErrClosed is returned by calls made after Close.
+var ErrClosed = errors.New("sessionstore: closed")
+
+// Redis is the session.Shared store on Redis (single node, Sentinel or
+// Cluster through a redis.UniversalClient). See the package documentation
+// for its keys.
+type Redis struct {
+	c   redis.UniversalClient
+	o   Options
+	log *slog.Logger
+	id  string
+
+	w *writer
+
+	// Pub/sub: one connection for the control channel and every followed
+	// notify channel.
+	ps        *redis.PubSub
+	control   string
+	subMu     sync.Mutex // orders SUBSCRIBE/UNSUBSCRIBE with the followers registry
+	pmu       sync.Mutex
+	follows   map[string]*follower                  // notify channel → follower
+	confirms  map[string]map[chan struct{}]struct{} // channel → Follow calls waiting for the subscription
+	calls     map[string]chan session.Reply         // request id → Call waiting for the reply
+	handler   atomic.Pointer[handlerFunc]
+	handlers  sync.WaitGroup
+	readerEnd chan struct{}
+
+	ctx       context.Context // cancelled by Close: ends control handlers
+	cancel    context.CancelFunc
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+var _ session.Shared = (*Redis)(nil)
+
+// NewRedis returns a store on client. It subscribes to this replica's
+// control channel and waits for Redis to confirm it (bounded by
+// Options.Timeout: an unreachable Redis is an error), then starts the event
+// writer and the pub/sub listener; Close stops them. The client must honour
+// context deadlines (credstore.ClientOptions sets that up); the store does
+// not close it.
+func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("sessionstore: nil Redis client")
+	}
+	if !contextTimeouts(client) {
+		return nil, errors.New("sessionstore: the Redis client must be created with ContextTimeoutEnabled (see credstore.ClientOptions), or a dead Redis could hold requests")
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = newReplicaID()
+	}
+	if o.ReplicaID == deletedPayload {
+		return nil, fmt.Errorf("sessionstore: %q is not a valid replica id", o.ReplicaID)
+	}
+	if o.EventBuffer <= 0 {
+		o.EventBuffer = DefaultEventBuffer
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.maxQueue <= 0 {
+		o.maxQueue = defaultMaxQueue
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Redis{
+		c: client, o: o, log: log, id: o.ReplicaID,
+		control:   o.KeyPrefix + "replica:" + o.ReplicaID + ":control",
+		follows:   map[string]*follower{},
+		confirms:  map[string]map[chan struct{}]struct{}{},
+		calls:     map[string]chan session.Reply{},
+		readerEnd: make(chan struct{}),
+		closed:    make(chan struct{}),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+
+	ctx, cancel := context.WithTimeout(r.ctx, o.Timeout)
+	defer cancel()
+	r.ps = client.Subscribe(ctx, r.control)
+	msg, err := r.ps.Receive(ctx)
+	if err == nil {
+		if s, ok := msg.(*redis.Subscription); !ok || s.Kind != "subscribe" || s.Channel != r.control {
+			err = fmt.Errorf("unexpected reply %v", msg)
+		}
+	}
+	if err != nil {
+		_ = r.ps.Close()
+		r.cancel()
+		return nil, fmt.Errorf("sessionstore: subscribe to %s: %w", r.control, err)
+	}
+	go r.listen(r.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024),
+		redis.WithChannelPingTimeout(o.Timeout), redis.WithChannelReconnectTimeout(o.Timeout)))
+
+	r.w = newWriter(r)
+	go r.w.run()
+	return r, nil
+}
+
+// contextTimeouts reports whether a known client type honours context
+// deadlines (unknown types, such as wrappers, are trusted).
+func contextTimeouts(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// Close stops the event writer, after it has written what is queued (for
+// at most Options.Timeout; what remains then is dropped), and the pub/sub
+// listener. Calls waiting for a reply fail with ErrClosed. It does not
+// close the client. Closing twice is harmless.
+func (r *Redis) Close() error {
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.closed)
+		r.w.close()
+		r.cancel()
+		err = r.ps.Close()
+		<-r.readerEnd
+		// Handlers get their context cancelled; wait for them, but not for
+		// one that ignores it.
+		done := make(chan struct{})
+		go func() {
+			r.handlers.Wait()
+			close(done)
+		}()
+		t := time.NewTimer(r.o.Timeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			r.log.Warn("session store: control handlers still running after Close")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("sessionstore: close pub/sub: %w", err)
+	}
+	return nil
+}
+
+// ReplicaID implements session.Shared.
+func (r *Redis) ReplicaID() string { return r.id }
+
+// newReplicaID returns "rep_" and 10 random lowercase base32 characters.
+func newReplicaID() string {
+	b := make([]byte, 7)
+	_, _ = rand.Read(b)
+	return "rep_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))[:10]
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Keys.
+
+func (r *Redis) key(id, kind string) string { return r.o.KeyPrefix + "{" + id + "}:" + kind }
+func (r *Redis) orderKey() string           { return r.o.KeyPrefix + "sessions:order" }
+func (r *Redis) runningKey() string         { return r.o.KeyPrefix + "sessions:running" }
+func (r *Redis) notifyChannel(id string) string {
+	return r.key(id, "notify")
+}
+func (r *Redis) controlChannel(replica string) string {
+	return r.o.KeyPrefix + "replica:" + replica + ":control"
+}
+func (r *Redis) tenantKey(tenant string) string {
+	h := sha256.Sum256([]byte(tenant))
+	return r.o.KeyPrefix + "tenant:" + hex.EncodeToString(h[:8]) + ":sessions"
+}
+
+// op bounds ctx by Options.Timeout.
+func (r *Redis) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.o.Timeout)
+}
+
+func wrap(what string, err error) error {
+	return fmt.Errorf("sessionstore: %s: redis: %w", what, err)
+}
+
+// Lua scripts: each is one atomic step on one key.
+var (
+	// KEYS[1] lease, ARGV[1] replica, ARGV[2] ttl ms → {1, replica} when
+	// taken, {0, holder} when another holds it.
+	acquireScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, ARGV[1]}
+end
+return {0, redis.call('GET', KEYS[1]) or ''}
+`)
+	// KEYS[1] lease, ARGV[1] replica, ARGV[2] ttl ms → 1 when extended.
+	renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+	// KEYS[1] lease, ARGV[1] replica → 1 when dropped.
+	releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+	// KEYS[1] lease, KEYS[2] run, ARGV[1] replica → 1 when the replica
+	// held the lease and both keys are gone.
+	endRunScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[2], KEYS[1])
+  return 1
+end
+return 0
+`)
+	// KEYS[1] meta, ARGV[1] mutable JSON → 1 when written, 0 when the
+	// session does not exist (a Save racing a Remove must not leave a
+	// record-less meta behind).
+	saveScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], 'record') == 1 then
+  redis.call('HSET', KEYS[1], 'mutable', ARGV[1])
+  return 1
+end
+return 0
+`)
+)
+
+// Records.
+
+// Create implements session.Shared: INCR the order counter, then the
+// record and the tenant index entry.
+func (r *Redis) Create(ctx context.Context, rec session.Record) (uint64, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	n, err := r.c.Incr(ctx, r.orderKey()).Result()
+	if err != nil {
+		return 0, wrap("create "+rec.ID, err)
+	}
+	rec.Order = uint64(n)
+	recJSON, err := json.Marshal(rec)
+	if err != nil {
+		return 0, fmt.Errorf("sessionstore: create %s: %w", rec.ID, err)
+	}
+	mutJSON, err := json.Marshal(rec.Mutable)
+	if err != nil {
+		return 0, fmt.Errorf("sessionstore: create %s: %w", rec.ID, err)
+	}
+	pipe := r.c.Pipeline()
+	pipe.HSet(ctx, r.key(rec.ID, "meta"), "record", recJSON, "mutable", mutJSON)
+	pipe.ZAdd(ctx, r.tenantKey(rec.Tenant), redis.Z{Score: float64(rec.Order), Member: rec.ID})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, wrap("create "+rec.ID, err)
+	}
+	return rec.Order, nil
+}
+
+// loadCmds are the commands reading one record.
+type loadCmds struct {
+	id    string
+	meta  *redis.SliceCmd
+	count *redis.IntCmd
+	last  *redis.XMessageSliceCmd
+}
+
+func (r *Redis) queueLoad(ctx context.Context, pipe redis.Pipeliner, id string) loadCmds {
+	return loadCmds{
+		id:    id,
+		meta:  pipe.HMGet(ctx, r.key(id, "meta"), "record", "mutable"),
+		count: pipe.LLen(ctx, r.key(id, "history")),
+		last:  pipe.XRevRangeN(ctx, r.key(id, "events"), "+", "-", 1),
+	}
+}
+
+// record decodes what queueLoad read; ok is false when the record is gone.
+func (l loadCmds) record() (session.Record, bool, error) {
+	var rec session.Record
+	vals, err := l.meta.Result()
+	if err != nil {
+		return rec, false, err
+	}
+	raw, _ := vals[0].(string)
+	if raw == "" {
+		return rec, false, nil
+	}
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return rec, false, fmt.Errorf("record of %s: %w", l.id, err)
+	}
+	if m, _ := vals[1].(string); m != "" {
+		rec.Mutable = session.Mutable{}
+		if err := json.Unmarshal([]byte(m), &rec.Mutable); err != nil {
+			return rec, false, fmt.Errorf("mutable of %s: %w", l.id, err)
+		}
+	}
+	count, err := l.count.Result()
+	if err != nil {
+		return rec, false, err
+	}
+	rec.MessageCount = int(count)
+	last, err := l.last.Result()
+	if err != nil {
+		return rec, false, err
+	}
+	if len(last) > 0 {
+		if rec.LastSeq, err = parseSeq(last[0].ID); err != nil {
+			return rec, false, err
+		}
+	}
+	return rec, true, nil
+}
+
+// Load implements session.Shared (one pipeline: the record, the history's
+// length and the newest event's id).
+func (r *Redis) Load(ctx context.Context, id string) (session.Record, bool, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	pipe := r.c.Pipeline()
+	l := r.queueLoad(ctx, pipe, id)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return session.Record{}, false, wrap("load "+id, err)
+	}
+	rec, ok, err := l.record()
+	if err != nil {
+		return session.Record{}, false, wrap("load "+id, err)
+	}
+	return rec, ok, nil
+}
+
+// ListRecords implements session.Shared: the tenant index from after on,
+// then the records in one pipeline. Index entries whose record is gone (a
+// Remove in progress, or one that failed half-way) are skipped, and the
+// page is filled from further on in the index (a few rounds at most).
+func (r *Redis) ListRecords(ctx context.Context, tenant string, after uint64, limit int) ([]session.Record, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	var out []session.Record
+	from := "(" + strconv.FormatUint(after, 10)
+	for round := 0; len(out) < limit && round < 8; round++ {
+		want := limit - len(out)
+		zs, err := r.c.ZRangeByScoreWithScores(ctx, r.tenantKey(tenant), &redis.ZRangeBy{
+			Min: from, Max: "+inf", Offset: 0, Count: int64(want),
+		}).Result()
+		if err != nil {
+			return nil, wrap("list records", err)
+		}
+		if len(zs) == 0 {
+			break
+		}
+		pipe := r.c.Pipeline()
+		loads := make([]loadCmds, len(zs))
+		for i, z := range zs {
+			id, _ := z.Member.(string)
+			loads[i] = r.queueLoad(ctx, pipe, id)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, wrap("list records", err)
+		}
+		for _, l := range loads {
+			rec, ok, err := l.record()
+			if err != nil {
+				return nil, wrap("list records", err)
+			}
+			if ok {
+				out = append(out, rec)
+			}
+		}
+		from = "(" + strconv.FormatFloat(zs[len(zs)-1].Score, 'f', -1, 64)
+		if len(zs) < want {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Save implements session.Shared. Saving a session that does not exist
+// (removed meanwhile) writes nothing.
+func (r *Redis) Save(ctx context.Context, id string, m session.Mutable) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("sessionstore: save %s: %w", id, err)
+	}
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	if err := saveScript.Run(ctx, r.c, []string{r.key(id, "meta")}, data).Err(); err != nil {
+		return wrap("save "+id, err)
+	}
+	return nil
+}
+
+// Remove implements session.Shared: one DEL of the session's keys (one
+// slot), its entries in the running set and the tenant index, then
+// "deleted" on its notify channel. Events of the session still queued in
+// this replica's writer are dropped.
+func (r *Redis) Remove(ctx context.Context, id, tenant string) error {
+	r.w.forget(id)
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	pipe := r.c.Pipeline()
+	pipe.Del(ctx, r.key(id, "meta"), r.key(id, "history"), r.key(id, "stripped"),
+		r.key(id, "events"), r.key(id, "lease"), r.key(id, "run"))
+	pipe.SRem(ctx, r.runningKey(), id)
+	pipe.ZRem(ctx, r.tenantKey(tenant), id)
+	pipe.Publish(ctx, r.notifyChannel(id), deletedPayload)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return wrap("remove "+id, err)
+	}
+	return nil
+}
+
+// History.
+
+// Append implements session.History (RPUSH; the index is the new length
+// minus one).
+func (r *Redis) Append(ctx context.Context, sessionID string, e session.Entry) (int64, error) {
+	e.Index = 0 // the list index is the truth
+	data, err := json.Marshal(e)
+	if err != nil {
+		return 0, fmt.Errorf("sessionstore: append to %s: %w", sessionID, err)
+	}
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	n, err := r.c.RPush(ctx, r.key(sessionID, "history"), data).Result()
+	if err != nil {
+		return 0, wrap("append to "+sessionID, err)
+	}
+	return n - 1, nil
+}
+
+// List implements session.History.
+func (r *Redis) List(ctx context.Context, sessionID string, offset, limit int) ([]session.Entry, int, error) {
+	offset = max(offset, 0)
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	key := r.key(sessionID, "history")
+	pipe := r.c.Pipeline()
+	var rng *redis.StringSliceCmd
+	if limit > 0 {
+		rng = pipe.LRange(ctx, key, int64(offset), int64(offset)+int64(limit)-1)
+	}
+	total := pipe.LLen(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, 0, wrap("list history of "+sessionID, err)
+	}
+	if rng == nil {
+		return nil, int(total.Val()), nil
+	}
+	raw := rng.Val()
+	out := make([]session.Entry, 0, len(raw))
+	for i, s := range raw {
+		var e session.Entry
+		if err := json.Unmarshal([]byte(s), &e); err != nil {
+			return nil, 0, fmt.Errorf("sessionstore: history of %s, entry %d: %w", sessionID, offset+i, err)
+		}
+		e.Index = int64(offset + i)
+		out = append(out, e)
+	}
+	return out, int(total.Val()), nil
+}
+
+// Delete implements session.History (the history and its stripped set).
+func (r *Redis) Delete(ctx context.Context, sessionID string) error {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	if err := r.c.Del(ctx, r.key(sessionID, "history"), r.key(sessionID, "stripped")).Err(); err != nil {
+		return wrap("delete history of "+sessionID, err)
+	}
+	return nil
+}
+
+// Strip implements session.Shared.
+func (r *Redis) Strip(ctx context.Context, id string, index int64) error {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	if err := r.c.SAdd(ctx, r.key(id, "stripped"), index).Err(); err != nil {
+		return wrap("strip "+id, err)
+	}
+	return nil
+}
+
+// Stripped implements session.Shared; the indexes come in increasing order.
+func (r *Redis) Stripped(ctx context.Context, id string) ([]int64, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	raw, err := r.c.SMembers(ctx, r.key(id, "stripped")).Result()
+	if err != nil {
+		return nil, wrap("stripped of "+id, err)
+	}
+	out := make([]int64, 0, len(raw))
+	for _, s := range raw {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("sessionstore: stripped of %s: %q: %w", id, s, err)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Leases.
+
+// ttlMs is ttl in whole milliseconds, rounded up, at least 1.
+func ttlMs(ttl time.Duration) int64 {
+	return max(1, int64((ttl+time.Millisecond-1)/time.Millisecond))
+}
+
+// Acquire implements session.Shared (SET NX PX, and the holder read in the
+// same script). A replica that already holds the lease gets ok false and
+// itself as holder: it extends a lease with Renew.
+func (r *Redis) Acquire(ctx context.Context, id string, ttl time.Duration) (bool, string, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	res, err := acquireScript.Run(ctx, r.c, []string{r.key(id, "lease")}, r.id, ttlMs(ttl)).Slice()
+	if err != nil {
+		return false, "", wrap("acquire "+id, err)
+	}
+	if len(res) != 2 {
+		return false, "", fmt.Errorf("sessionstore: acquire %s: unexpected reply %v", id, res)
+	}
+	ok, _ := res[0].(int64)
+	holder, _ := res[1].(string)
+	return ok == 1, holder, nil
+}
+
+// Renew implements session.Shared (compare and PEXPIRE).
+func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	n, err := renewScript.Run(ctx, r.c, []string{r.key(id, "lease")}, r.id, ttlMs(ttl)).Int64()
+	if err != nil {
+		return false, wrap("renew "+id, err)
+	}
+	return n == 1, nil
+}
+
+// Release implements session.Shared (compare and DEL).
+func (r *Redis) Release(ctx context.Context, id string) error {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	if err := releaseScript.Run(ctx, r.c, []string{r.key(id, "lease")}, r.id).Err(); err != nil {
+		return wrap("release "+id, err)
+	}
+	return nil
+}
+
+// Holder implements session.Shared.
+func (r *Redis) Holder(ctx context.Context, id string) (string, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	h, err := r.c.Get(ctx, r.key(id, "lease")).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", wrap("holder of "+id, err)
+	}
+	return h, nil
+}
+
+// Runs.
+
+// SaveRun implements session.Shared.
+func (r *Redis) SaveRun(ctx context.Context, id string, run session.Run) error {
+	data, err := json.Marshal(run)
+	if err != nil {
+		return fmt.Errorf("sessionstore: save run of %s: %w", id, err)
+	}
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	pipe := r.c.Pipeline()
+	pipe.Set(ctx, r.key(id, "run"), data, 0)
+	pipe.SAdd(ctx, r.runningKey(), id)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return wrap("save run of "+id, err)
+	}
+	return nil
+}
+
+// LoadRun implements session.Shared.
+func (r *Redis) LoadRun(ctx context.Context, id string) (session.Run, bool, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	data, err := r.c.Get(ctx, r.key(id, "run")).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return session.Run{}, false, nil
+	}
+	if err != nil {
+		return session.Run{}, false, wrap("load run of "+id, err)
+	}
+	var run session.Run
+	if err := json.Unmarshal(data, &run); err != nil {
+		return session.Run{}, false, fmt.Errorf("sessionstore: run of %s: %w", id, err)
+	}
+	return run, true, nil
+}
+
+// EndRun implements session.Shared: when this replica holds the lease, one
+// script drops the run state and the lease (one slot), then the session
+// leaves the running set; otherwise nothing changes.
+func (r *Redis) EndRun(ctx context.Context, id string) error {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	n, err := endRunScript.Run(ctx, r.c, []string{r.key(id, "lease"), r.key(id, "run")}, r.id).Int64()
+	if err != nil {
+		return wrap("end run of "+id, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	// Should this fail, the janitor's sweep finds the id without a holder
+	// nor a run and ends it again.
+	if err := r.c.SRem(ctx, r.runningKey(), id).Err(); err != nil {
+		return wrap("end run of "+id, err)
+	}
+	return nil
+}
+
+// Running implements session.Shared; the ids come sorted.
+func (r *Redis) Running(ctx context.Context) ([]string, error) {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	ids, err := r.c.SMembers(ctx, r.runningKey()).Result()
+	if err != nil {
+		return nil, wrap("running sessions", err)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
