@@ -497,12 +497,24 @@ func (s *Session) saveRun(r Run) {
 	}
 }
 
-// strip records that the history entry idx left the runtime context.
-func (s *Session) strip(idx int64) {
+// persistRetryLocked stores a scheduled retry: the failed message stripped
+// from the runtime context (index stripped, -1 for none), the session's
+// model and fallback state, and the run's retry state.
+func (s *Session) persistRetryLocked(r Run, stripped int64) {
+	sh := s.m.opts.Shared
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
-	if err := s.m.opts.Shared.Strip(ctx, s.id, idx); err != nil {
-		s.m.log.Warn("stripped message not recorded", "session", s.id, "err", err)
+	if stripped >= 0 {
+		if err := sh.Strip(ctx, s.id, stripped); err != nil {
+			s.m.log.Warn("stripped message not recorded", "session", s.id, "err", err)
+		}
+	}
+	if err := sh.Save(ctx, s.id, s.mutableLocked()); err != nil {
+		s.m.log.Warn("session not saved", "session", s.id, "err", err)
+	}
+	r.Replica = sh.ReplicaID()
+	if err := sh.SaveRun(ctx, s.id, r); err != nil {
+		s.m.log.Warn("run state not stored (another replica could not resume this retry)", "session", s.id, "err", err)
 	}
 }
 

@@ -28,31 +28,50 @@ func replicas(t *testing.T, n int, settings retry.Settings) []*session.Manager {
 	srv := redistest.Start(t)
 	var ms []*session.Manager
 	for range n {
-		client := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{srv.Addr()}}, 0))
-		st, err := sessionstore.NewRedis(client, sessionstore.Options{KeyPrefix: "test:", EventBuffer: 512})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := session.NewManager(session.Options{
-			Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"},
-				Client: simValidator{sim.New(sim.Options{})}}},
-			Retry:    settings,
-			Shared:   st,
-			LeaseTTL: time.Second,
-			Rand:     func() float64 { return 0.5 },
-		})
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := m.Close(ctx); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-			st.Close()
-			client.Close()
-		})
-		ms = append(ms, m)
+		ms = append(ms, newReplica(t, srv.Addr(), settings, sim.Options{}).m)
 	}
 	return ms
+}
+
+// replicaT is one replica: its manager, its store and its Redis client.
+type replicaT struct {
+	m      *session.Manager
+	store  *sessionstore.Redis
+	client redis.UniversalClient
+}
+
+// lose cuts the replica off from Redis, as if it died: its store and
+// client close, and nothing it still runs reaches the others.
+func (r *replicaT) lose() {
+	r.store.Close()
+	r.client.Close()
+}
+
+func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Options) *replicaT {
+	t.Helper()
+	client := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 0))
+	st, err := sessionstore.NewRedis(client, sessionstore.Options{KeyPrefix: "test:", EventBuffer: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := session.NewManager(session.Options{
+		Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"},
+			Client: simValidator{sim.New(pace)}}},
+		Retry:    settings,
+		Shared:   st,
+		LeaseTTL: time.Second,
+		Rand:     func() float64 { return 0.5 },
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		st.Close()
+		client.Close()
+	})
+	return &replicaT{m: m, store: st, client: client}
 }
 
 func get(t *testing.T, m *session.Manager, id string) *session.Session {
@@ -389,5 +408,116 @@ func TestReplicasStress(t *testing.T) {
 		if !strings.HasPrefix(s.ID(), "ses_") {
 			t.Fatal(s.ID())
 		}
+	}
+}
+
+// A replica lost while its prompt waits in backoff: another replica takes
+// the prompt over once the lease expires and runs the retry at its
+// scheduled time; the prompt completes for the clients following it.
+func TestReplicasTakeOverResumesRetry(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow, err := get(t, b.m, s.ID()).Subscribe(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Close()
+	_, sub, err := s.Prompt(t.Context(), "resume me [[faults: 529:retry-after=3,ok]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Close()
+	evs := until(t, follow, session.EventAutoRetryStart)
+	start := evs[len(evs)-1]
+	a.lose()
+
+	evs = until(t, follow, session.EventPromptEnd)
+	end := evs[len(evs)-1]
+	if end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end = %+v after %v", end, kinds(evs))
+	}
+	var ended *session.Event
+	for i, e := range evs {
+		if e.Type == session.EventAutoRetryEnd {
+			ended = &evs[i]
+		}
+		// The due time is stored just before auto_retry_start goes out.
+		if due := start.Time.Add(start.Delay - 100*time.Millisecond); e.Type == session.EventMessageStart && e.Time.Before(due) {
+			t.Fatalf("the retry ran at %v, before its due time %v", e.Time, due)
+		}
+	}
+	if ended == nil || !ended.Success || ended.Attempt != 1 {
+		t.Fatalf("auto_retry_end = %+v in %v", ended, kinds(evs))
+	}
+	for i := 1; i < len(evs); i++ {
+		if evs[i].Seq != evs[i-1].Seq+1 {
+			t.Fatalf("seq %d follows %d", evs[i].Seq, evs[i-1].Seq)
+		}
+	}
+	// The resumed call saw the prompt without the failed answer, and the
+	// session goes on on B.
+	entries, total, err := get(t, b.m, s.ID()).Messages(t.Context(), 0, 10)
+	if err != nil || total != 3 || entries[1].Message.StopReason != provider.StopError || entries[2].Message.StopReason != provider.StopEnd {
+		t.Fatalf("history = %d entries %+v, %v", total, entries, err)
+	}
+	if _, sub, err = get(t, b.m, s.ID()).Prompt(t.Context(), "after"); err != nil {
+		t.Fatal(err)
+	}
+	evs = until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("next prompt: %+v", end)
+	}
+}
+
+// A replica lost while its prompt streams: the prompt ends for its clients
+// with "owner replica lost", and the session takes new prompts elsewhere.
+func TestReplicasTakeOverEndsLostStream(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{TokenDelay: 20 * time.Millisecond})
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow, err := get(t, b.m, s.ID()).Subscribe(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Close()
+	_, onA, err := s.Prompt(t.Context(), "a long answer [[tokens: 1000]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onA.Close()
+	until(t, follow, session.EventMessageUpdate)
+	a.lose()
+	evs := until(t, follow, session.EventPromptEnd)
+	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeFailed || end.Error != session.ErrOwnerLost {
+		t.Fatalf("prompt_end = %+v", end)
+	}
+	st, err := get(t, b.m, s.ID()).Snapshot(t.Context())
+	if err != nil || st.Status != session.StatusIdle {
+		t.Fatalf("state = %+v, %v", st, err)
+	}
+	_, sub, err := get(t, b.m, s.ID()).Prompt(t.Context(), "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs = until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("next prompt: %+v", end)
+	}
+	// A, cut off from the store for a whole lease, stopped its own copy of
+	// the prompt too.
+	evs = until(t, onA, session.EventPromptEnd)
+	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeAborted || end.Error != "session lease lost" {
+		t.Fatalf("A's prompt_end = %+v", end)
 	}
 }

@@ -137,9 +137,6 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		s.mu.Unlock()
 		return false, finalCancelled
 	}
-	// 10. auto_retry_start.
-	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries,
-		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: string(v.Class)})
 	// 11. Drop the failed assistant message from the runtime context (only if
 	// it is still the last one); the persisted history keeps it.
 	stripped := int64(-1)
@@ -150,6 +147,15 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 			s.ctxIndex = s.ctxIndex[:n-1]
 		}
 	}
+	if s.m.opts.Shared != nil {
+		// Durable before it is announced: another replica resumes this
+		// retry at its due time if this one is lost meanwhile.
+		s.persistRetryLocked(Run{PromptID: promptID, Attempt: attempt, Due: s.m.opts.Now().Add(plan.Delay),
+			Class: string(v.Class), DelaySource: string(plan.Source), Credential: s.credential.ID, Calls: calls}, stripped)
+	}
+	// 10. auto_retry_start.
+	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries,
+		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: string(v.Class)})
 	// 12. Sleep, cancellable by AbortRetry (and so by Abort).
 	cancel := make(chan struct{})
 	s.sleepCancel = cancel
@@ -159,27 +165,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	s.m.log.Info("retry scheduled", "session", s.id, "attempt", attempt, "max_attempts", settings.MaxRetries,
 		"class", v.Class, "delay", plan.Delay, "delay_source", plan.Source, "model", s.model,
 		"credential", s.credential.ID, "error", errMsg)
-	credID := s.credential.ID
-	var mu Mutable
-	if s.m.opts.Shared != nil {
-		mu = s.mutableLocked()
-	}
 	s.mu.Unlock()
-
-	if sh := s.m.opts.Shared; sh != nil {
-		// Durable: another replica resumes this retry at its due time if
-		// this one is lost meanwhile.
-		if stripped >= 0 {
-			s.strip(stripped)
-		}
-		ctx, cancelSave := context.WithTimeout(context.WithoutCancel(ctx), s.m.leaseTTL())
-		if err := sh.Save(ctx, s.id, mu); err != nil {
-			s.m.log.Warn("session not saved", "session", s.id, "err", err)
-		}
-		cancelSave()
-		s.saveRun(Run{PromptID: promptID, Attempt: attempt, Due: s.m.opts.Now().Add(plan.Delay), Class: string(v.Class),
-			DelaySource: string(plan.Source), Credential: credID, Calls: calls})
-	}
 	return s.backoff(ctx, gen, promptID, attempt, string(v.Class), string(plan.Source), plan.Delay, cancel, errMsg, calls)
 }
 

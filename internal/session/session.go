@@ -109,7 +109,7 @@ func (s *Session) State() State {
 	switch {
 	case s.gateOpen:
 		st.Status = StatusRetrying
-	case s.running:
+	case s.running && !s.ending:
 		st.Status = StatusStreaming
 	}
 	return st
