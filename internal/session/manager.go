@@ -488,7 +488,9 @@ func (m *Manager) Count() int {
 }
 
 // Close aborts every running prompt (each ends with a prompt_end event),
-// closes every event log and waits for the runs to end, or for ctx.
+// closes every event log and waits for the runs to end, or for ctx. With a
+// shared store, a retry waiting in backoff is handed to the other replicas
+// instead: they resume it at its due time.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	m.closed = true
@@ -499,7 +501,9 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	for _, s := range all {
 		s.mu.Lock()
-		s.abortLocked("server shutting down")
+		if !s.handOffLocked() {
+			s.abortLocked("server shutting down")
+		}
 		s.mu.Unlock()
 	}
 	done := make(chan struct{})

@@ -783,3 +783,26 @@ func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, att
 	}
 	s.appendContextLocked(ctx, promptID, msg)
 }
+
+// handOffLocked stops a run waiting in backoff so that another replica
+// resumes it (a replica shutting down). It reports whether it did.
+func (s *Session) handOffLocked() bool {
+	if s.m.opts.Shared == nil || !s.running || s.sleepCancel == nil || s.ending {
+		return false
+	}
+	s.handoff = true
+	s.cancelRun()
+	return true
+}
+
+// handOver stores the run's last events and drops the lease, keeping the
+// run record: another replica's janitor resumes the retry at its due time.
+func (s *Session) handOver() {
+	s.m.log.Info("retry handed over to the other replicas", "session", s.id)
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	if err := s.m.opts.Shared.Flush(ctx, s.id); err != nil {
+		s.m.log.Warn("events not stored", "session", s.id, "err", err)
+	}
+	s.releaseLease()
+}

@@ -521,3 +521,39 @@ func TestReplicasTakeOverEndsLostStream(t *testing.T) {
 		t.Fatalf("A's prompt_end = %+v", end)
 	}
 }
+
+// A replica shutting down hands the retries waiting in backoff to the
+// others, which resume them at their due time; no prompt_end goes out in
+// between.
+func TestReplicasShutdownHandsOverRetry(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follow, err := get(t, b.m, s.ID()).Subscribe(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Close()
+	_, sub, err := s.Prompt(t.Context(), "[[faults: 503:retry-after=2,ok]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Close()
+	until(t, follow, session.EventAutoRetryStart)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := a.m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs := until(t, follow, session.EventPromptEnd)
+	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end = %+v after %v", end, kinds(evs))
+	}
+	if evs[0].Type != session.EventAgentStart {
+		t.Fatalf("after the hand-over: %v", kinds(evs))
+	}
+}

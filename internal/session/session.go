@@ -50,6 +50,7 @@ type Session struct {
 	mirroring  bool
 	pullMu     sync.Mutex // serialises pulls from the stored log
 	ending     bool       // prompt_end is out; the run is storing its last events
+	handoff    bool       // the run stops, to be resumed by another replica
 
 	// The running prompt.
 	running    bool
@@ -363,6 +364,18 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string, res *res
 	stopLease()
 
 	s.mu.Lock()
+	if s.handoff {
+		// Handed to the other replicas: no prompt_end, the run record stays.
+		s.handoff = false
+		s.mu.Unlock()
+		s.handOver()
+		s.mu.Lock()
+		s.gateOpen, s.retryAborted, s.sleepCancel, s.retryAttempt = false, false, nil, 0
+		s.running, s.cancelRun, s.promptID = false, nil, ""
+		close(s.runDone)
+		s.mu.Unlock()
+		return
+	}
 	if ctx.Err() != nil && outcome != OutcomeAborted {
 		outcome = OutcomeAborted
 	}
