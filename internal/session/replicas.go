@@ -126,7 +126,40 @@ func (m *Manager) adopt(rec Record) *Session {
 		s.entries = rec.MessageCount
 	}
 	s.storedSeq = max(s.storedSeq, rec.LastSeq)
+	s.lastUsed = time.Now()
 	return s
+}
+
+// idleCopy is how long this replica keeps its copy of a session nobody
+// used since (it reloads it from the store on the next call).
+const idleCopy = 10 * time.Minute
+
+// evictIdle drops the copies of sessions that run nothing here, have no
+// readers here and were not used for idleCopy.
+func (m *Manager) evictIdle() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, s := range m.sessions {
+		// The session's lock is taken before the manager's everywhere
+		// else: a busy one is skipped instead of waited for.
+		if !s.mu.TryLock() {
+			continue
+		}
+		idle := !s.running && !s.mirroring && s.log.subscribers() == 0 && time.Since(s.lastUsed) > idleCopy
+		s.mu.Unlock()
+		if idle {
+			delete(m.sessions, id)
+			s.log.close()
+		}
+	}
+}
+
+// register makes s this replica's copy of its session again (a prompt
+// starting on a copy evicted meanwhile): control calls find the run.
+func (m *Manager) register(s *Session) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sessions[s.id] = s
 }
 
 // forget drops this replica's copy of a session that no longer exists.
@@ -301,6 +334,7 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string) error {
 	}
 	err = s.syncLocked(ctx)
 	if err == nil {
+		s.m.register(s)
 		err = sh.SaveRun(ctx, s.id, Run{PromptID: promptID, Replica: sh.ReplicaID()})
 		if err != nil {
 			err = unavailable("record the run", err)
@@ -641,6 +675,7 @@ func (m *Manager) janitor() {
 		ctx, cancel := context.WithTimeout(m.baseCtx, m.leaseTTL())
 		m.sweep(ctx)
 		cancel()
+		m.evictIdle()
 	}
 }
 

@@ -51,6 +51,7 @@ type Session struct {
 	pullMu     sync.Mutex // serialises pulls from the stored log
 	ending     bool       // prompt_end is out; the run is storing its last events
 	handoff    bool       // the run stops, to be resumed by another replica
+	lastUsed   time.Time  // this replica's copy was last looked up (shared store)
 
 	// The running prompt.
 	running    bool
