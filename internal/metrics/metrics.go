@@ -77,6 +77,7 @@ type Metrics struct {
 	StoreOperations    *prometheus.CounterVec
 	StoreErrors        *prometheus.CounterVec
 	StoreDegraded      prometheus.Gauge
+	Takeovers          *prometheus.CounterVec
 }
 
 var _ session.Observer = (*Metrics)(nil)
@@ -137,6 +138,9 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Credential-store operations that failed, by backend and operation."}, []string{"backend", "op"}),
 		StoreDegraded: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_degraded",
 			Help: "1 while the shared store (Redis) is unreachable and agentd runs on its local view."}),
+		Takeovers: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "session_takeovers_total",
+			Help: "Running prompts that changed replica, by outcome: resumed (a lost replica's retry resumed here), ended (a lost replica's prompt ended here), handed_over (a retry in backoff handed to the others at shutdown), lease_lost (a prompt stopped here when its lease was lost)."},
+			[]string{"outcome"}),
 	}
 	m.initialize()
 	return m
@@ -166,6 +170,9 @@ func (m *Metrics) initialize() {
 				m.ProviderErrors.WithLabelValues(p, st, c)
 			}
 		}
+	}
+	for _, o := range session.TakeoverOutcomes {
+		m.Takeovers.WithLabelValues(o)
 	}
 	for _, o := range session.ChainOutcomes {
 		m.RetryChainsEnded.WithLabelValues(o)
@@ -236,6 +243,11 @@ func (m *Metrics) BackoffSlept(class, source string, d time.Duration) {
 
 // InBackoff implements session.Observer.
 func (m *Metrics) InBackoff(delta int) { m.SessionsInBackoff.Add(float64(delta)) }
+
+// Takeover implements session.Observer.
+func (m *Metrics) Takeover(outcome string) {
+	m.Takeovers.WithLabelValues(closed(outcome, session.TakeoverOutcomes)).Inc()
+}
 
 // ChainEnded implements session.Observer.
 func (m *Metrics) ChainEnded(outcome string) {

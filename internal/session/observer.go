@@ -17,6 +17,21 @@ const (
 var ChainOutcomes = []string{ChainSuccess, ChainMaxRetries, ChainMaxDelay, ChainCancelled,
 	ChainRefusalNoFallback, ChainDisabled, ChainNotRetryable}
 
+// What happens to a running prompt whose replica changes, as the Observer
+// hears it: a replica took over a lost replica's prompt and resumed its
+// retry, or ended it ("owner replica lost"); a replica shutting down handed
+// a retry in backoff over; a replica cut off from the store stopped its
+// prompt (its lease was lost).
+const (
+	TakeoverResumed   = "resumed"
+	TakeoverEnded     = "ended"
+	TakeoverHandedOff = "handed_over"
+	TakeoverLeaseLost = "lease_lost"
+)
+
+// TakeoverOutcomes lists them.
+var TakeoverOutcomes = []string{TakeoverResumed, TakeoverEnded, TakeoverHandedOff, TakeoverLeaseLost}
+
 // Call describes one finished model call.
 type Call struct {
 	Provider, Model string
@@ -55,6 +70,9 @@ type Observer interface {
 	FallbackSucceeded(role string)
 	FallbackReverted(role string)
 	SubscriberDropped()
+	// Takeover reports a change of the replica running a prompt (shared
+	// store only): one of the Takeover outcomes.
+	Takeover(outcome string)
 }
 
 // NopObserver ignores everything.
@@ -71,5 +89,6 @@ func (NopObserver) FallbackApplied(string)                     {}
 func (NopObserver) FallbackSucceeded(string)                   {}
 func (NopObserver) FallbackReverted(string)                    {}
 func (NopObserver) SubscriberDropped()                         {}
+func (NopObserver) Takeover(string)                            {}
 
 var _ Observer = NopObserver{}

@@ -460,6 +460,7 @@ func (s *Session) keepLease() (stop func()) {
 				// Cut off from the store for a whole lease: another replica
 				// takes the prompt over, so this one stops it.
 				s.m.log.Error("session lease expired while the store was unreachable: aborting the prompt", "session", s.id, "err", err)
+				s.m.opts.Observer.Takeover(TakeoverLeaseLost)
 				s.mu.Lock()
 				s.abortLocked("session lease lost")
 				s.mu.Unlock()
@@ -468,6 +469,7 @@ func (s *Session) keepLease() (stop func()) {
 				renewed = time.Now()
 			case !ok:
 				s.m.log.Error("session lease lost to another replica: aborting the prompt", "session", s.id)
+				s.m.opts.Observer.Takeover(TakeoverLeaseLost)
 				s.mu.Lock()
 				s.abortLocked("session lease lost")
 				s.mu.Unlock()
@@ -771,8 +773,10 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	s.running, s.promptID, s.cancelRun, s.abortCause = true, run.PromptID, cancel, ""
 	s.runDone = make(chan struct{})
 	if res.lost {
+		m.opts.Observer.Takeover(TakeoverEnded)
 		m.log.Warn("janitor: the prompt's replica was lost: ending it", "session", id, "prompt", run.PromptID, "replica", run.Replica)
 	} else {
+		m.opts.Observer.Takeover(TakeoverResumed)
 		m.log.Info("janitor: resuming the retry of a lost replica", "session", id, "prompt", run.PromptID,
 			"replica", run.Replica, "attempt", run.Attempt, "due", run.Due)
 	}
@@ -827,6 +831,7 @@ func (s *Session) handOffLocked() bool {
 	}
 	s.handoff = true
 	s.cancelRun()
+	s.m.opts.Observer.Takeover(TakeoverHandedOff)
 	return true
 }
 

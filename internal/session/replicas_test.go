@@ -35,9 +35,29 @@ func replicas(t *testing.T, n int, settings retry.Settings) []*session.Manager {
 
 // replicaT is one replica: its manager, its store and its Redis client.
 type replicaT struct {
-	m      *session.Manager
-	store  *sessionstore.Redis
-	client redis.UniversalClient
+	m         *session.Manager
+	store     *sessionstore.Redis
+	client    redis.UniversalClient
+	takeovers *takeoverCounter
+}
+
+// takeoverCounter counts what the Observer hears of takeovers.
+type takeoverCounter struct {
+	session.NopObserver
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *takeoverCounter) Takeover(outcome string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[outcome]++
+}
+
+func (c *takeoverCounter) count(outcome string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[outcome]
 }
 
 // lose cuts the replica off from Redis, as if it died: its store and
@@ -54,6 +74,7 @@ func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Opt
 	if err != nil {
 		t.Fatal(err)
 	}
+	counter := &takeoverCounter{n: map[string]int{}}
 	m := session.NewManager(session.Options{
 		Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"},
 			Client: simValidator{sim.New(pace)}}},
@@ -61,6 +82,7 @@ func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Opt
 		Shared:   st,
 		LeaseTTL: time.Second,
 		Rand:     func() float64 { return 0.5 },
+		Observer: counter,
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -71,7 +93,7 @@ func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Opt
 		st.Close()
 		client.Close()
 	})
-	return &replicaT{m: m, store: st, client: client}
+	return &replicaT{m: m, store: st, client: client, takeovers: counter}
 }
 
 func get(t *testing.T, m *session.Manager, id string) *session.Session {
@@ -454,6 +476,9 @@ func TestReplicasTakeOverResumesRetry(t *testing.T) {
 	if ended == nil || !ended.Success || ended.Attempt != 1 {
 		t.Fatalf("auto_retry_end = %+v in %v", ended, kinds(evs))
 	}
+	if n := b.takeovers.count(session.TakeoverResumed); n != 1 {
+		t.Fatalf("B resumed %d retries", n)
+	}
 	for i := 1; i < len(evs); i++ {
 		if evs[i].Seq != evs[i-1].Seq+1 {
 			t.Fatalf("seq %d follows %d", evs[i].Seq, evs[i-1].Seq)
@@ -520,6 +545,9 @@ func TestReplicasTakeOverEndsLostStream(t *testing.T) {
 	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeAborted || end.Error != "session lease lost" {
 		t.Fatalf("A's prompt_end = %+v", end)
 	}
+	if b.takeovers.count(session.TakeoverEnded) != 1 || a.takeovers.count(session.TakeoverLeaseLost) != 1 {
+		t.Fatalf("takeovers: B %v, A %v", b.takeovers.n, a.takeovers.n)
+	}
 }
 
 // A replica shutting down hands the retries waiting in backoff to the
@@ -555,5 +583,8 @@ func TestReplicasShutdownHandsOverRetry(t *testing.T) {
 	}
 	if evs[0].Type != session.EventAgentStart {
 		t.Fatalf("after the hand-over: %v", kinds(evs))
+	}
+	if a.takeovers.count(session.TakeoverHandedOff) != 1 || b.takeovers.count(session.TakeoverResumed) != 1 {
+		t.Fatalf("takeovers: A %v, B %v", a.takeovers.n, b.takeovers.n)
 	}
 }
