@@ -705,6 +705,12 @@ func (m *Manager) sweep(ctx context.Context) {
 // resumePoint is how a taken-over prompt goes on.
 type resumePoint struct {
 	lost    bool // end it: its owner was lost outside a backoff
+	// What the lost owner left open, from the stored events: a message
+	// (message_start without message_end, with its model) and a run
+	// (agent_start without agent_end).
+	openMessage bool
+	openModel   string
+	openAgent   bool
 	attempt int
 	calls   int // model calls the prompt made so far
 	due     time.Time
@@ -761,6 +767,28 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		return release(err)
 	}
 	res := &resumePoint{lost: true, attempt: run.Attempt}
+	if run.Attempt == 0 || run.Due.IsZero() {
+		const tail = 256
+		evs, err := sh.Events(ctx, id, max(rec.LastSeq, tail)-tail, tail)
+		if err != nil {
+			m.log.Warn("janitor: the lost prompt's last events not read", "session", id, "err", err)
+		}
+		for _, e := range evs {
+			if e.PromptID != run.PromptID {
+				continue
+			}
+			switch e.Type {
+			case EventMessageStart:
+				res.openMessage, res.openModel = true, e.Model
+			case EventMessageEnd:
+				res.openMessage = false
+			case EventAgentStart:
+				res.openAgent = true
+			case EventAgentEnd:
+				res.openAgent = false
+			}
+		}
+	}
 	if run.Attempt > 0 && !run.Due.IsZero() {
 		res = &resumePoint{attempt: run.Attempt, due: run.Due, class: run.Class, source: run.DelaySource, calls: run.Calls}
 		s.retryAttempt, s.gateOpen = run.Attempt, true
@@ -800,10 +828,18 @@ func (s *Session) resume(ctx context.Context, gen uint64, promptID string, r *re
 	return s.loop(ctx, gen, promptID, r.calls)
 }
 
-// closeOwnerLostLocked ends what a lost replica left open: its retry chain,
-// and tool calls that never got results.
-func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, attempt int) {
-	if attempt > 0 {
+// closeOwnerLostLocked ends what a lost replica left open: its message (an
+// error message_end), its run (agent_end), its retry chain, and tool calls
+// that never got results.
+func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, res *resumePoint) {
+	if res.openMessage {
+		s.emit(Event{Type: EventMessageEnd, PromptID: promptID, Model: res.openModel, StopReason: provider.StopError,
+			ErrorMessage: ErrOwnerLost})
+	}
+	if res.openAgent {
+		s.emit(Event{Type: EventAgentEnd, PromptID: promptID})
+	}
+	if attempt := res.attempt; attempt > 0 {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: ErrOwnerLost})
 		s.chainEndedLocked(ChainCancelled, attempt, ErrOwnerLost)
 	}

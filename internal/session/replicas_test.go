@@ -526,6 +526,11 @@ func TestReplicasTakeOverEndsLostStream(t *testing.T) {
 	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeFailed || end.Error != session.ErrOwnerLost {
 		t.Fatalf("prompt_end = %+v", end)
 	}
+	// What the lost replica left open is closed: its message, its run.
+	if n := len(evs); n < 3 || evs[n-3].Type != session.EventMessageEnd || evs[n-3].StopReason != provider.StopError ||
+		evs[n-3].ErrorMessage != session.ErrOwnerLost || evs[n-2].Type != session.EventAgentEnd {
+		t.Fatalf("events before prompt_end: %v", kinds(evs))
+	}
 	st, err := get(t, b.m, s.ID()).Snapshot(t.Context())
 	if err != nil || st.Status != session.StatusIdle {
 		t.Fatalf("state = %+v, %v", st, err)

@@ -355,7 +355,7 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string, res *res
 	case res != nil && res.lost:
 		outcome, errText = OutcomeFailed, ErrOwnerLost
 		s.mu.Lock()
-		s.closeOwnerLostLocked(ctx, promptID, res.attempt)
+		s.closeOwnerLostLocked(ctx, promptID, res)
 		s.mu.Unlock()
 	case res != nil:
 		outcome, errText = s.resume(ctx, gen, promptID, res)
