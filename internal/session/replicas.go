@@ -704,18 +704,18 @@ func (m *Manager) sweep(ctx context.Context) {
 
 // resumePoint is how a taken-over prompt goes on.
 type resumePoint struct {
-	lost    bool // end it: its owner was lost outside a backoff
+	lost bool // end it: its owner was lost outside a backoff
 	// What the lost owner left open, from the stored events: a message
 	// (message_start without message_end, with its model) and a run
 	// (agent_start without agent_end).
 	openMessage bool
 	openModel   string
 	openAgent   bool
-	attempt int
-	calls   int // model calls the prompt made so far
-	due     time.Time
-	class   string
-	source  string
+	attempt     int
+	calls       int // model calls the prompt made so far
+	due         time.Time
+	class       string
+	source      string
 }
 
 // takeOver takes the lease of a running prompt whose owner was lost and
