@@ -613,10 +613,21 @@ func (s *Session) startMirror() {
 		s.mu.Unlock()
 		return
 	}
+	// Counted under the manager's lock: Close, which waits for the
+	// mirrors, either sees this one or it does not start.
+	s.m.mu.RLock()
+	closed := s.m.closed
+	if !closed {
+		s.m.bg.Add(1)
+	}
+	s.m.mu.RUnlock()
+	if closed {
+		s.mu.Unlock()
+		return
+	}
 	s.mirroring = true
 	s.mu.Unlock()
 	signals, stop := s.m.opts.Shared.Follow(s.id)
-	s.m.bg.Add(1)
 	go func() {
 		defer s.m.bg.Done()
 		defer stop()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -201,18 +202,30 @@ func (r *Redis) Call(ctx context.Context, replica string, c session.Control) (se
 	if err != nil {
 		return session.Reply{}, wrap("call "+replica, err)
 	}
-	if n == 0 {
+	// On a Redis Cluster PUBLISH counts only the receiving node's
+	// subscribers: no receiver there proves nothing, so the reply is
+	// waited for, briefly.
+	_, cluster := r.c.(*redis.ClusterClient)
+	noReceiver := n == 0
+	if noReceiver && !cluster {
 		return session.Reply{}, fmt.Errorf("sessionstore: call %s: %w", replica, session.ErrNoReplica)
 	}
-	if _, ok := ctx.Deadline(); !ok {
+	bound := handlerTimeout + r.o.Timeout
+	if noReceiver {
+		bound = 2 * r.o.Timeout
+	}
+	if dl, ok := ctx.Deadline(); !ok || noReceiver && time.Until(dl) > bound {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, handlerTimeout+r.o.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
 	select {
 	case rep := <-wait:
 		return rep, nil
 	case <-ctx.Done():
+		if noReceiver {
+			return session.Reply{}, fmt.Errorf("sessionstore: call %s: %w", replica, session.ErrNoReplica)
+		}
 		return session.Reply{}, fmt.Errorf("sessionstore: call %s: no reply: %w", replica, ctx.Err())
 	case <-r.closed:
 		return session.Reply{}, ErrClosed
