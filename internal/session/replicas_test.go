@@ -28,7 +28,9 @@ func replicas(t *testing.T, n int, settings retry.Settings) []*session.Manager {
 	srv := redistest.Start(t)
 	var ms []*session.Manager
 	for range n {
-		ms = append(ms, newReplica(t, srv.Addr(), settings, sim.Options{}).m)
+		// A lease long enough for a loaded machine (-race, the whole suite
+		// in parallel): the takeover tests use short ones.
+		ms = append(ms, newReplica(t, srv.Addr(), settings, sim.Options{}, 5*time.Second).m)
 	}
 	return ms
 }
@@ -67,7 +69,7 @@ func (r *replicaT) lose() {
 	r.client.Close()
 }
 
-func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Options) *replicaT {
+func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Options, lease time.Duration) *replicaT {
 	t.Helper()
 	client := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 0))
 	st, err := sessionstore.NewRedis(client, sessionstore.Options{KeyPrefix: "test:", EventBuffer: 512})
@@ -80,7 +82,7 @@ func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Opt
 			Client: simValidator{sim.New(pace)}}},
 		Retry:    settings,
 		Shared:   st,
-		LeaseTTL: time.Second,
+		LeaseTTL: lease,
 		Rand:     func() float64 { return 0.5 },
 		Observer: counter,
 	})
@@ -438,8 +440,8 @@ func TestReplicasStress(t *testing.T) {
 // scheduled time; the prompt completes for the clients following it.
 func TestReplicasTakeOverResumesRetry(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
-	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
 	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -504,8 +506,8 @@ func TestReplicasTakeOverResumesRetry(t *testing.T) {
 // with "owner replica lost", and the session takes new prompts elsewhere.
 func TestReplicasTakeOverEndsLostStream(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{TokenDelay: 20 * time.Millisecond})
-	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{TokenDelay: 20 * time.Millisecond}, time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
 	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -560,8 +562,8 @@ func TestReplicasTakeOverEndsLostStream(t *testing.T) {
 // between.
 func TestReplicasShutdownHandsOverRetry(t *testing.T) {
 	srv := redistest.Start(t)
-	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
-	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{})
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
 	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
