@@ -58,6 +58,11 @@ bench: ## Load tests of agentd against a bare-proxy floor (~10 min, not part of 
 	go build -o bench/bin/agentd ./cmd/agentd
 	bench/bin/agentd bench --out bench $(BENCH_ARGS)
 
+.PHONY: bench-redis
+bench-redis: ## overhead, capacity, idle-memory, fanout with agentd on the Redis store (needs redis-server): bench/redis/results.{md,json}
+	go build -o bench/bin/agentd ./cmd/agentd
+	bench/bin/agentd bench --store redis --out bench/redis $(BENCH_ARGS) overhead capacity idle-memory fanout
+
 .PHONY: vet
 vet: ## go vet and gofmt
 	go vet ./...

@@ -36,7 +36,9 @@ starts agentd (this binary, or --agentd), a mock provider and, for the
 Redis runs, a redis-server of its own. Scenarios: overhead, capacity,
 idle-memory, fanout, retry (default: all, about 10 minutes), each run
 --rounds times interleaved; it writes results.json, results.md and pprof
-profiles to --out. See BENCHMARKS.md.
+profiles to --out. --store redis or both also runs overhead, capacity,
+idle-memory and fanout with agentd on the Redis store (a redis-server of
+the bench's own; metrics named "redis.…"). See BENCHMARKS.md.
 
 Flags:
 `
@@ -61,10 +63,21 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	memBudget := fs.Float64("mem-budget-gib", 8, "stop growing idle sessions or subscribers when agentd's RSS passes this")
 	repo := fs.String("repo", "", "module root for the Go benchmarks of internal/retry (default: the current directory when it holds go.mod)")
 	version := fs.String("version", "", "label of the agentd under test (default: git describe)")
+	store := fs.String("store", "memory", "session store of agentd in overhead, capacity, idle-memory and fanout: memory, redis or both (redis-server on PATH)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	var stores []string
+	switch *store {
+	case bench.StoreMemory, bench.StoreRedis:
+		stores = []string{*store}
+	case "both":
+		stores = []string{bench.StoreMemory, bench.StoreRedis}
+	default:
+		fmt.Fprintf(stderr, "agentd bench: --store %q: memory, redis or both\n", *store)
 		return 2
 	}
 	if *repo == "" {
@@ -86,7 +99,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	res, err := bench.Run(ctx, bench.Config{
 		Bin: abs, Out: *out, Rounds: *rounds, Scenarios: fs.Args(), Quick: *quick, Profile: *profile,
-		MemBudget: int64(*memBudget * (1 << 30)), RepoDir: *repo, Progress: stderr, Version: *version,
+		MemBudget: int64(*memBudget * (1 << 30)), RepoDir: *repo, Progress: stderr, Version: *version, Stores: stores,
 	})
 	if res != nil {
 		fmt.Fprint(stdout, bench.Markdown(res))

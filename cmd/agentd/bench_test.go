@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentd/agentd/internal/redistest"
 )
 
 // `agentd bench --quick` runs every scenario at smoke-test sizes against a
@@ -52,10 +54,73 @@ func TestBenchQuick(t *testing.T) {
 	}
 }
 
+// `agentd bench --quick --store both` runs the store-dependent scenarios on
+// the memory store and on the Redis store (a redis-server of the bench's
+// own): the memory runs' metrics keep their names, the Redis runs' are the
+// same names prefixed "redis.".
+func TestBenchQuickRedis(t *testing.T) {
+	redistest.Require(t)
+	bin := buildAgentd(t)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := runBench([]string{"--agentd", bin, "--quick", "--rounds", "1", "--profile=false", "--store", "both", "--out", out,
+		"overhead", "capacity", "idle-memory", "fanout"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Stores    []string `json:"stores"`
+		Scenarios map[string]struct {
+			Errors []string         `json:"errors"`
+			Rounds []map[string]any `json:"rounds"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(res.Stores, ",") != "memory,redis" {
+		t.Errorf("stores %v", res.Stores)
+	}
+	// A metric of each scenario, on each store.
+	for s, k := range map[string]string{"overhead": "added_ttft.grpc.p50", "capacity": "rate.20.completed",
+		"idle-memory": "100.total_live_mib", "fanout": "n10.last.p99"} {
+		sc, ok := res.Scenarios[s]
+		if !ok || len(sc.Rounds) != 1 {
+			t.Errorf("%s: no results", s)
+			continue
+		}
+		if len(sc.Errors) > 0 {
+			t.Errorf("%s: %v", s, sc.Errors)
+		}
+		for _, key := range []string{k, "redis." + k} {
+			if v, ok := sc.Rounds[0][key].(float64); !ok || v <= 0 {
+				t.Errorf("%s: %s = %v", s, key, sc.Rounds[0][key])
+			}
+		}
+	}
+	if v, ok := res.Scenarios["idle-memory"].Rounds[0]["redis.100.redis_server_used_mib"].(float64); !ok || v <= 0 {
+		t.Errorf("redis-server's memory not measured: %v", v)
+	}
+	md := stdout.String()
+	for _, s := range []string{"| agentd gRPC, Redis store |", "| 20, Redis store |", "| 100, Redis store |", "| 10, Redis store | yes |"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("report lacks %q:\n%s", s, md)
+		}
+	}
+}
+
 func TestBenchFlags(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := runBench([]string{"--out", t.TempDir(), "--rounds", "1", "nosuch"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "unknown scenario") {
 		t.Errorf("unknown scenario: exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := runBench([]string{"--out", t.TempDir(), "--store", "etcd"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "memory, redis or both") {
+		t.Errorf("--store etcd: exit %d: %s", code, stderr.String())
 	}
 	stderr.Reset()
 	if code := runBench([]string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "idle-memory") {

@@ -7,7 +7,12 @@
 // Scenarios (see BENCHMARKS.md): overhead, capacity, idle-memory, fanout,
 // retry. Each runs Config.Rounds times, the rounds interleaved (round 1 of
 // every scenario, then round 2, …), each round on a fresh agentd; results
-// are the median over the rounds and their spread (min–max). agentd's CPU
+// are the median over the rounds and their spread (min–max). The
+// store-dependent scenarios (StoreScenarios) run once per store of
+// Config.Stores in each round, one store after the other; the Redis runs
+// share one redis-server of the bench's own, each with a key prefix of its
+// own, and report their metrics under the memory runs' names prefixed with
+// "redis.". agentd's CPU
 // time and RSS come from /proc/<pid>; heap figures and pprof profiles from
 // a debug listener that `agentd serve` opens only when the bench asks
 // (AGENTD_BENCH_DEBUG_ADDR, see ServeDebug).
@@ -35,6 +40,34 @@ import (
 // Scenario names, in their run order.
 var Scenarios = []string{"overhead", "capacity", "idle-memory", "fanout", "retry"}
 
+// Session stores agentd runs on (config store.backend).
+const (
+	StoreMemory = "memory"
+	StoreRedis  = "redis"
+)
+
+// StoreScenarios are the scenarios that run once per store of
+// Config.Stores (retry runs on both stores by itself).
+var StoreScenarios = []string{"overhead", "capacity", "idle-memory", "fanout"}
+
+// storeKey is metric k of a run on store: unchanged on the memory store,
+// "redis."+k on the Redis store.
+func storeKey(store, k string) string {
+	if store == StoreRedis {
+		return "redis." + k
+	}
+	return k
+}
+
+// runTag names a scenario run in notes and errors: "round 2", or "round 2
+// redis" on the Redis store.
+func runTag(round int, store string) string {
+	if store == StoreRedis {
+		return fmt.Sprintf("round %d redis", round)
+	}
+	return fmt.Sprintf("round %d", round)
+}
+
 // Config configures a run.
 type Config struct {
 	Bin       string   // the agentd binary
@@ -55,6 +88,10 @@ type Config struct {
 	Progress io.Writer
 	// Version describes the agentd under test (e.g. git describe).
 	Version string
+	// Stores are the session stores the StoreScenarios run agentd on, each
+	// once per round, in this order (default: memory only). The Redis runs
+	// share one redis-server that the bench starts.
+	Stores []string
 }
 
 // Env is what the scenarios share in a run.
@@ -64,6 +101,9 @@ type Env struct {
 	Mock  *MockProc
 	Floor *Floor
 	Prog  *Progress
+	// Redis is the redis-server of the Redis-store runs of the
+	// StoreScenarios (nil without them); retry starts its own.
+	Redis *Redis
 
 	mu       sync.Mutex
 	notes    map[string][]string
@@ -88,6 +128,40 @@ func (e *Env) StartAgentd(name string, cfg string, env ...string) (*Agentd, erro
 		return nil, err
 	}
 	return StartAgentd(e.Cfg.Bin, dir, cfg, env)
+}
+
+// StartAgentdOn starts a fresh agentd with cfg for one run of a
+// store-dependent scenario on store: on the Redis store with e.Redis and a
+// key prefix of the run's own ("bench-<scenario>-<round>:").
+func (e *Env) StartAgentdOn(store, scenario string, round int, cfg string) (*Agentd, error) {
+	switch store {
+	case StoreMemory:
+		return e.StartAgentd(scenario, cfg)
+	case StoreRedis:
+		if e.Redis == nil {
+			return nil, errors.New("no redis-server for the Redis store")
+		}
+		cfg = fmt.Sprintf("store: {backend: redis, redis: {addr: %q, key_prefix: \"bench-%s-%d:\"}}\n", e.Redis.Addr, scenario, round) + cfg
+		return e.StartAgentd(scenario+"-redis", cfg)
+	}
+	return nil, fmt.Errorf("unknown store %q", store)
+}
+
+// redisOf is the redis-server a run on store uses: e.Redis on the Redis
+// store, nil on the memory store.
+func (e *Env) redisOf(store string) *Redis {
+	if store == StoreRedis {
+		return e.Redis
+	}
+	return nil
+}
+
+// profileName is a profile's name for a run on store: name, or "redis-"+name.
+func profileName(store, name string) string {
+	if store == StoreRedis {
+		return "redis-" + name
+	}
+	return name
 }
 
 // MockProvider is the providers: entry of an anthropic provider named name
@@ -171,6 +245,7 @@ type Result struct {
 	Version   string                     `json:"agentd_version"`
 	Rounds    int                        `json:"rounds"`
 	Quick     bool                       `json:"quick"`
+	Stores    []string                   `json:"stores,omitempty"` // of the StoreScenarios, when not memory alone
 	Scenarios map[string]*ScenarioResult `json:"scenarios"`
 	Targets   []Target                   `json:"targets"`
 	GoBench   map[string]map[string]Agg  `json:"go_bench,omitempty"`
@@ -189,12 +264,33 @@ type ScenarioResult struct {
 	Seconds   []float64      `json:"seconds"`
 }
 
-var runners = map[string]func(context.Context, *Env, int) (Metrics, error){
+// runners run one scenario once: round, on store (StoreMemory for the
+// scenarios that are not StoreScenarios).
+var runners = map[string]func(ctx context.Context, e *Env, round int, store string) (Metrics, error){
 	"overhead":    runOverhead,
 	"capacity":    runCapacity,
 	"idle-memory": runIdleMemory,
 	"fanout":      runFanout,
-	"retry":       runRetry,
+	"retry": func(ctx context.Context, e *Env, round int, _ string) (Metrics, error) {
+		return runRetry(ctx, e, round)
+	},
+}
+
+// storesOf validates stores: default memory, each at most once.
+func storesOf(stores []string) ([]string, error) {
+	if len(stores) == 0 {
+		return []string{StoreMemory}, nil
+	}
+	var out []string
+	for _, s := range stores {
+		if s != StoreMemory && s != StoreRedis {
+			return nil, fmt.Errorf("unknown store %q (memory or redis)", s)
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // Run runs the scenarios and writes results.json and results.md to
@@ -215,6 +311,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.MemBudget <= 0 {
 		cfg.MemBudget = 8 << 30
 	}
+	stores, err := storesOf(cfg.Stores)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Stores = stores
 	if cfg.Bin == "" {
 		return nil, errors.New("no agentd binary")
 	}
@@ -241,9 +342,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer e.Floor.Close()
+	if slices.Contains(cfg.Stores, StoreRedis) && slices.ContainsFunc(cfg.Scenarios, isStoreScenario) {
+		e.Redis, err = StartRedis(dir)
+		if err != nil {
+			return nil, fmt.Errorf("the Redis store: %w", err)
+		}
+		defer e.Redis.Stop(5 * time.Second)
+	}
 
 	res := &Result{Started: time.Now(), Machine: DescribeMachine(), Version: cfg.Version, Rounds: cfg.Rounds,
 		Quick: cfg.Quick, Scenarios: map[string]*ScenarioResult{}}
+	if !slices.Equal(cfg.Stores, []string{StoreMemory}) {
+		res.Stores = cfg.Stores
+	}
 	for _, s := range cfg.Scenarios {
 		res.Scenarios[s] = &ScenarioResult{}
 	}
@@ -252,20 +363,43 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			e.Prog.Stage("round %d/%d %s", round, cfg.Rounds, s)
-			t0 := time.Now()
-			m, err := runners[s](ctx, e, round)
+			stores := []string{StoreMemory}
+			if isStoreScenario(s) {
+				stores = cfg.Stores
+			}
+			// One round's metrics: every store's, the Redis runs' prefixed.
+			m := Metrics{}
 			sr := res.Scenarios[s]
+			t0 := time.Now()
+			for _, store := range stores {
+				if ctx.Err() != nil {
+					break
+				}
+				label, tag := s, runTag(round, store)
+				if store == StoreRedis {
+					label += " (redis)"
+				}
+				e.Prog.Stage("round %d/%d %s", round, cfg.Rounds, label)
+				t1 := time.Now()
+				sm, err := runners[s](ctx, e, round, store)
+				if store == StoreRedis && e.Redis != nil {
+					// The run's agentd has stopped: the next run starts on
+					// an empty Redis (its key prefix is its own anyway).
+					if _, ferr := e.Redis.Do("FLUSHALL"); ferr != nil && err == nil {
+						err = fmt.Errorf("FLUSHALL after the run: %w", ferr)
+					}
+				}
+				if err != nil {
+					sr.Errors = append(sr.Errors, fmt.Sprintf("%s: %v", tag, err))
+					e.Prog.Println("%s %s: %v", tag, s, err)
+				}
+				for k, v := range sm {
+					m[storeKey(store, k)] = v
+				}
+				e.Prog.Println("round %d/%d %-11s done in %s", round, cfg.Rounds, label, time.Since(t1).Round(time.Second))
+			}
 			sr.Seconds = append(sr.Seconds, time.Since(t0).Seconds())
-			if err != nil {
-				sr.Errors = append(sr.Errors, fmt.Sprintf("round %d: %v", round, err))
-				e.Prog.Println("round %d %s: %v", round, s, err)
-			}
-			if m == nil {
-				m = Metrics{}
-			}
 			sr.Rounds = append(sr.Rounds, m)
-			e.Prog.Println("round %d/%d %-11s done in %s", round, cfg.Rounds, s, time.Since(t0).Round(time.Second))
 		}
 		if slices.Contains(cfg.Scenarios, "retry") && cfg.RepoDir != "" && ctx.Err() == nil {
 			e.Prog.Stage("round %d/%d go test -bench ./internal/retry", round, cfg.Rounds)
@@ -292,6 +426,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	return res, ctx.Err()
 }
+
+func isStoreScenario(s string) bool { return slices.Contains(StoreScenarios, s) }
 
 // finish aggregates the rounds and evaluates the targets.
 func finish(res *Result, e *Env) {

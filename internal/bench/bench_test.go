@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/redistest"
 )
 
 func TestDistQuantiles(t *testing.T) {
@@ -164,5 +167,125 @@ func TestMarkdownAndTargets(t *testing.T) {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
 		}
+	}
+}
+
+func TestStores(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want []string
+	}{{nil, []string{"memory"}}, {[]string{"redis"}, []string{"redis"}}, {[]string{"memory", "redis", "memory"}, []string{"memory", "redis"}}} {
+		got, err := storesOf(c.in)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("storesOf(%v) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	if _, err := storesOf([]string{"etcd"}); err == nil {
+		t.Error("storesOf accepted etcd")
+	}
+	if storeKey(StoreMemory, "a.b") != "a.b" || storeKey(StoreRedis, "a.b") != "redis.a.b" {
+		t.Error("storeKey")
+	}
+	if runTag(2, StoreMemory) != "round 2" || runTag(2, StoreRedis) != "round 2 redis" {
+		t.Error("runTag")
+	}
+	if _, err := Run(t.Context(), Config{Bin: "/nonexistent", Out: t.TempDir(), Stores: []string{"etcd"}}); err == nil || !strings.Contains(err.Error(), "etcd") {
+		t.Errorf("Run with store etcd: %v", err)
+	}
+}
+
+// The bench's own redis-server answers its commands.
+func TestRedisCommands(t *testing.T) {
+	redistest.Require(t)
+	r, err := StartRedis(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop(5 * time.Second)
+	if v, err := r.Do("SET", "k", "v w"); err != nil || v != "OK" {
+		t.Fatalf("SET: %q, %v", v, err)
+	}
+	if v, err := r.Do("GET", "k"); err != nil || v != "v w" {
+		t.Fatalf("GET: %q, %v", v, err)
+	}
+	if _, err := r.Do("NOSUCH"); err == nil {
+		t.Fatal("an unknown command is no error")
+	}
+	if n, err := r.UsedMemory(); err != nil || n <= 0 {
+		t.Fatalf("used memory %d, %v", n, err)
+	}
+	if cs, err := r.CommandStats(); err != nil || cs["set"] != 1 || cs["get"] != 1 {
+		t.Fatalf("commandstats %v, %v", cs, err)
+	}
+	if _, err := r.Do("FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r.Do("GET", "k"); err != nil || v != "" {
+		t.Fatalf("GET after FLUSHALL: %q, %v", v, err)
+	}
+}
+
+// With the Redis store, its rows and targets sit beside the memory store's
+// (metrics prefixed "redis."); without it the report has no trace of it.
+func TestMarkdownStores(t *testing.T) {
+	rounds := func(m Metrics) []Metrics {
+		both := Metrics{}
+		for k, v := range m {
+			both[k] = v
+			both["redis."+k] = v * 2
+		}
+		both["redis.rate.100.redis_server_cpu_us_per_chunk"] = 7
+		both["redis.n100.redis_server_cpu_us_per_chunk_per_sub"] = 3
+		both["redis.100.redis_server_used_mib"] = 5
+		return []Metrics{both}
+	}
+	res := &Result{Started: time.Now(), Machine: DescribeMachine(), Rounds: 1, Stores: []string{StoreMemory, StoreRedis}, Scenarios: map[string]*ScenarioResult{
+		"overhead": {Rounds: rounds(Metrics{"added_ttft.grpc.p50": 0.3, "added_ttft.floor.p50": 0.1, "ttft.direct.n": 10})},
+		"capacity": {Rounds: rounds(Metrics{"rate.100.prompts": 700, "rate.100.cpu_us_per_chunk": 30, "max_rate.le_10ms": 100, "concurrency_max.le_10ms": 1200})},
+		"idle-memory": {Rounds: rounds(Metrics{"100.total_live_mib": 3, "bare.100.heap_per_session_b": 1024,
+			"subscriber.heap_b": 40000, "subscribers": 100})},
+		"fanout": {Rounds: rounds(Metrics{"n100.last.p99": 4, "n100.cpu_us_per_chunk_per_sub": 30})},
+	}}
+	for _, s := range res.Scenarios {
+		s.Aggregate = Aggregate(s.Rounds)
+	}
+	res.Targets = evaluateTargets(res)
+	var names []string
+	for _, tg := range res.Targets {
+		names = append(names, tg.Name)
+	}
+	// Each Redis row follows its memory row.
+	for _, n := range []string{"added TTFT p50, gRPC", "agentd CPU per relayed chunk (capacity)", "idle SSE subscriber, heap + stacks",
+		"last-subscriber p99 at 100 subscribers"} {
+		i := slices.Index(names, n)
+		if i < 0 || i+1 >= len(names) || names[i+1] != n+", Redis store" {
+			t.Errorf("target %q and its Redis row: %v", n, names)
+		}
+	}
+	for _, tg := range res.Targets {
+		if tg.Name == "last-subscriber p99 at 100 subscribers, Redis store" && (tg.Met == nil || *tg.Met || tg.Value != "8.000 ms") {
+			t.Errorf("%s: %s %v", tg.Name, tg.Value, tg.Met)
+		}
+	}
+	md := Markdown(res)
+	for _, s := range []string{"ran agentd on the memory store and the Redis store",
+		"| agentd gRPC | – ms | – ms | 0.300 ms |", "| agentd gRPC, Redis store | – ms | – ms | 0.600 ms |", "| bare ReverseProxy (floor) |",
+		"| 100 | – | – | – ms |", "| 100, Redis store |", "(+ 7.0 redis-server)",
+		"concurrent streams, Redis store |", "| 100, Redis store | 2.0 KiB |", "redis-server holds",
+		"| 100, Redis store | yes |", "60.0 (+ 3.0 redis-server)"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("markdown lacks %q:\n%s", s, md)
+		}
+	}
+	// The memory store alone: no Redis rows, targets or notes.
+	res.Stores = nil
+	res.Targets = evaluateTargets(res)
+	for _, tg := range res.Targets {
+		if strings.Contains(tg.Name, "Redis store") {
+			t.Errorf("memory-only target %q", tg.Name)
+		}
+	}
+	if md := Markdown(res); strings.Contains(md, "Redis store") || strings.Contains(md, "redis-server") {
+		t.Errorf("memory-only markdown mentions Redis:\n%s", md)
 	}
 }

@@ -64,13 +64,14 @@ func (p capacityParams) streamDuration() time.Duration {
 // (no coordinated omission). "Added" latency is everything but the mock's
 // own pacing: the request's inbound time plus the first chunk's transit
 // (TTFT), and each chunk's transit from the mock's write to the client's
-// read.
-func runCapacity(ctx context.Context, e *Env, round int) (Metrics, error) {
+// read. On the Redis store, redis-server's CPU is measured too (and is not
+// counted as other load).
+func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics, error) {
 	p := capacityParamsFor(e.Cfg.Quick)
 	headers := map[string]string{
 		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
 	}
-	a, err := e.StartAgentd("capacity", "providers:\n"+e.MockProvider("mock", "anthropic", headers))
+	a, err := e.StartAgentdOn(store, "capacity", round, "providers:\n"+e.MockProvider("mock", "anthropic", headers))
 	if err != nil {
 		return nil, err
 	}
@@ -93,20 +94,20 @@ func runCapacity(ctx context.Context, e *Env, round int) (Metrics, error) {
 		if ctx.Err() != nil {
 			return m, ctx.Err()
 		}
-		sm, err := capacityStep(ctx, e, a, c, round, rate, p)
+		sm, err := capacityStep(ctx, e, a, c, round, rate, store, p)
 		for k, v := range sm {
 			m[fmt.Sprintf("rate.%d.%s", rate, k)] = v
 		}
 		if err != nil {
-			e.Note("capacity", "round %d rate %d/s: %v", round, rate, err)
+			e.Note("capacity", "%s rate %d/s: %v", runTag(round, store), rate, err)
 			break
 		}
 		bad := sm["errors"] + sm["no_session"] + sm["dropped"]
 		steps = append(steps, stepResult{rate: rate, addedP99: sm["added.p99"], conc: sm["inflight.mean"],
 			clean: bad == 0, completed: true})
 		if bad > p.StopErrFrac*sm["prompts"] || sm["added.p99"] > p.StopP99 || a.Exited() {
-			e.Note("capacity", "round %d: sweep stopped at %d/s (saturated: %.0f errors or drops of %.0f prompts, added p99 %.1f ms)",
-				round, rate, bad, sm["prompts"], sm["added.p99"])
+			e.Note("capacity", "%s: sweep stopped at %d/s (saturated: %.0f errors or drops of %.0f prompts, added p99 %.1f ms)",
+				runTag(round, store), rate, bad, sm["prompts"], sm["added.p99"])
 			break
 		}
 	}
@@ -133,9 +134,10 @@ func runCapacity(ctx context.Context, e *Env, round int) (Metrics, error) {
 			m["floor."+k] = v
 		}
 		if err != nil {
-			e.Note("capacity", "round %d floor: %v", round, err)
+			e.Note("capacity", "%s floor: %v", runTag(round, store), err)
 		}
-		if x, y := m[fmt.Sprintf("rate.%d.cpu_us_per_chunk", p.FloorRate)], m["floor.cpu_us_per_chunk"]; y > 0 {
+		// Only when the sweep reached the floor's rate.
+		if x, y := m[fmt.Sprintf("rate.%d.cpu_us_per_chunk", p.FloorRate)], m["floor.cpu_us_per_chunk"]; x > 0 && y > 0 {
 			m["cpu_per_chunk_ratio_to_floor"] = x / y
 		}
 	}
@@ -238,7 +240,8 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams) (Metric
 }
 
 // capacityStep runs one rate.
-func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate int, p capacityParams) (Metrics, error) {
+func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate int, store string, p capacityParams) (Metrics, error) {
+	rd := e.redisOf(store)
 	streamDur := p.streamDuration()
 	poolN := int(float64(rate)*(streamDur+time.Second).Seconds()*1.5) + 16
 	ids, err := c.CreateSessions(ctx, poolN, 16, &agentdv1.CreateSessionRequest{Model: "mock/claude-bench"})
@@ -272,7 +275,7 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 	winStart, winEnd := t0.Add(p.Warm), t0.Add(p.Step)
 
 	// The sampler: /proc at the window's edges, in-flight prompts every 50ms.
-	var s0, s1, b0, b1, k0, k1 ProcSample
+	var s0, s1, b0, b1, k0, k1, r0, r1 ProcSample
 	var mach0, mach1 MachineCPU
 	var inflightDist Dist
 	samplerDone := make(chan struct{})
@@ -280,8 +283,11 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 		defer close(samplerDone)
 		time.Sleep(time.Until(winStart))
 		s0, b0, k0, mach0 = a.Sample(), selfSample(), e.Mock.Sample(), ReadMachineCPU()
+		if rd != nil {
+			r0 = rd.Sample()
+		}
 		if e.profiling(round) {
-			defer e.CPUProfile(ctx, a, fmt.Sprintf("capacity-%d-per-s-cpu", rate), winEnd.Sub(winStart))()
+			defer e.CPUProfile(ctx, a, profileName(store, fmt.Sprintf("capacity-%d-per-s-cpu", rate)), winEnd.Sub(winStart))()
 		}
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
@@ -294,6 +300,9 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 			}
 		}
 		s1, b1, k1, mach1 = a.Sample(), selfSample(), e.Mock.Sample(), ReadMachineCPU()
+		if rd != nil {
+			r1 = rd.Sample()
+		}
 	}()
 
 	for i := range total {
@@ -391,7 +400,7 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 		}
 	}
 	if firstErr != "" {
-		e.Note("capacity", "round %d rate %d/s: first error: %s", round, rate, firstErr)
+		e.Note("capacity", "%s rate %d/s: first error: %s", runTag(round, store), rate, firstErr)
 	}
 	m["prompts"] = float64(total)
 	m["completed"] = float64(completed)
@@ -414,13 +423,24 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 		m["machine_busy_pct"] = busyPct(mach0, mach1)
 		m["tool_cpu_pct"] = m["mock_cpu_pct"] + m["bench_cpu_pct"]
 		cores := float64(runtime.NumCPU())
-		m["other_cpu_pct"] = max(m["machine_busy_pct"]*cores-m["agentd_cpu_pct"]-m["tool_cpu_pct"], 0)
+		redisPct := 0.0
+		if rd != nil {
+			redisPct = 100 * float64(r1.CPU-r0.CPU) / float64(win)
+			m["redis_server_cpu_pct"] = redisPct
+		}
+		m["other_cpu_pct"] = max(m["machine_busy_pct"]*cores-m["agentd_cpu_pct"]-m["tool_cpu_pct"]-redisPct, 0)
 		m["chunks_per_s"] = float64(chunks) / win.Seconds()
 	}
 	if chunks > 0 {
 		m["cpu_us_per_chunk"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(chunks)
+		if rd != nil && win > 0 {
+			m["redis_server_cpu_us_per_chunk"] = float64((r1.CPU - r0.CPU).Microseconds()) / float64(chunks)
+		}
 	}
 	m["agentd_rss_mib"] = float64(s1.RSS) / (1 << 20)
+	if rd != nil {
+		m["redis_server_rss_mib"] = float64(r1.RSS) / (1 << 20)
+	}
 	if n := mock1.Requests - mock0.Requests; n > 0 {
 		m["provider_conns_per_prompt"] = float64(mock1.Connections-mock0.Connections) / float64(n)
 	}

@@ -450,8 +450,15 @@ func OpenIdleSSE(ctx context.Context, httpAddr, id string, local net.IP, rcvBuf 
 		return nil, fmt.Errorf("subscriber %s: %w", id, err)
 	}
 	if !strings.Contains(status, " 200 ") {
+		// The error's body, for the notes: past the headers, a few hundred bytes.
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		rest, _ := io.ReadAll(io.LimitReader(br, 2048))
 		conn.Close()
-		return nil, fmt.Errorf("subscriber %s: %s", id, strings.TrimSpace(status))
+		_, body, _ := strings.Cut(string(rest), "\r\n\r\n")
+		if len(body) > 300 {
+			body = body[:300]
+		}
+		return nil, fmt.Errorf("subscriber %s: %s %s", id, strings.TrimSpace(status), strings.TrimSpace(body))
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return &IdleSubscriber{conn: conn}, nil

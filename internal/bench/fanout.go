@@ -38,11 +38,12 @@ func fanoutParamsFor(quick bool) fanoutParams {
 // reader (REST, Accept: application/json) and paced. Per chunk, the
 // last-subscriber latency is the latest of the N subscribers' reads minus
 // the mock's write. The control level runs again without the stalled
-// subscriber: the stalled one must add nothing.
-func runFanout(ctx context.Context, e *Env, round int) (Metrics, error) {
+// subscriber: the stalled one must add nothing. On the Redis store,
+// redis-server's CPU over the measured prompts is measured too.
+func runFanout(ctx context.Context, e *Env, round int, store string) (Metrics, error) {
 	p := fanoutParamsFor(e.Cfg.Quick)
 	headers := map[string]string{"X-Mock-Stamp": "1", "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs)}
-	a, err := e.StartAgentd("fanout", "providers:\n"+e.MockProvider("mock", "anthropic", headers))
+	a, err := e.StartAgentdOn(store, "fanout", round, "providers:\n"+e.MockProvider("mock", "anthropic", headers))
 	if err != nil {
 		return nil, err
 	}
@@ -72,12 +73,12 @@ func runFanout(ctx context.Context, e *Env, round int) (Metrics, error) {
 		if !r.stalled {
 			name += ".nostall"
 		}
-		rm, err := fanoutRun(ctx, e, a, c, round, r.n, r.stalled, p, name)
+		rm, err := fanoutRun(ctx, e, a, c, round, store, r.n, r.stalled, p, name)
 		for k, v := range rm {
 			m[name+"."+k] = v
 		}
 		if err != nil {
-			e.Note("fanout", "round %d %s: %v", round, name, err)
+			e.Note("fanout", "%s %s: %v", runTag(round, store), name, err)
 		}
 	}
 	if v, w := m[fmt.Sprintf("n%d.last.p99", p.Control)], m[fmt.Sprintf("n%d.nostall.last.p99", p.Control)]; w > 0 {
@@ -86,7 +87,7 @@ func runFanout(ctx context.Context, e *Env, round int) (Metrics, error) {
 	return m, nil
 }
 
-func fanoutRun(ctx context.Context, e *Env, a *Agentd, c *Client, round, n int, stalled bool, p fanoutParams, name string) (Metrics, error) {
+func fanoutRun(ctx context.Context, e *Env, a *Agentd, c *Client, round int, store string, n int, stalled bool, p fanoutParams, name string) (Metrics, error) {
 	m := Metrics{}
 	id, err := c.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "mock/claude-bench"})
 	if err != nil {
@@ -165,11 +166,16 @@ func fanoutRun(ctx context.Context, e *Env, a *Agentd, c *Client, round, n int, 
 		m["stalled_backlog_kib"] = float64(tcpBacklog(stallPort)) / 1024
 	}
 
+	rd := e.redisOf(store)
+	var rd0, rd1 ProcSample
+	if rd != nil {
+		rd0 = rd.Sample()
+	}
 	cpu0 := a.Sample()
 	var stopProfile func()
 	if e.profiling(round) && n >= 100 && stalled {
 		d := time.Duration(p.Prompts*(p.Tokens+5)*p.ChunkMs) * time.Millisecond
-		stopProfile = e.CPUProfile(ctx, a, fmt.Sprintf("fanout-%d-cpu", n), d)
+		stopProfile = e.CPUProfile(ctx, a, profileName(store, fmt.Sprintf("fanout-%d-cpu", n)), d)
 	}
 	// The measured prompts, one after the other: started over REST without
 	// a reader of their own; every subscriber must see each prompt_end.
@@ -198,6 +204,9 @@ func fanoutRun(ctx context.Context, e *Env, a *Agentd, c *Client, round, n int, 
 		e.Prog.Update("%s: prompt %d/%d done", name, k+1, p.Prompts)
 	}
 	cpu1 := a.Sample()
+	if rd != nil {
+		rd1 = rd.Sample()
+	}
 	if stopProfile != nil {
 		stopProfile()
 	}
@@ -234,12 +243,18 @@ func fanoutRun(ctx context.Context, e *Env, a *Agentd, c *Client, round, n int, 
 	m["subscribers_short"] = float64(dropped)
 	m["subscriber_errors"] = float64(len(subErrs))
 	if len(subErrs) > 0 {
-		e.Note("fanout", "round %d %s: %d subscriber errors, first: %s", round, name, len(subErrs), subErrs[0])
+		e.Note("fanout", "%s %s: %d subscriber errors, first: %s", runTag(round, store), name, len(subErrs), subErrs[0])
 	}
 	if delivered := float64(chunks * (n - dropped)); delivered > 0 {
 		m["cpu_us_per_chunk_per_sub"] = float64((cpu1.CPU - cpu0.CPU).Microseconds()) / delivered
+		if rd != nil {
+			m["redis_server_cpu_us_per_chunk_per_sub"] = float64((rd1.CPU - rd0.CPU).Microseconds()) / delivered
+		}
 	}
 	m["agentd_cpu_s"] = (cpu1.CPU - cpu0.CPU).Seconds()
+	if rd != nil {
+		m["redis_server_cpu_s"] = (rd1.CPU - rd0.CPU).Seconds()
+	}
 	return m, nil
 }
 

@@ -27,10 +27,13 @@ func idleParamsFor(quick bool) idleParams {
 // measured again; then one idle SSE subscriber per session on the first
 // level's sessions; then everything is let go. Heap figures are Go's
 // HeapAlloc + StackInuse after a forced GC (the debug listener), RSS is
-// /proc's VmRSS.
-func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
+// /proc's VmRSS. On the Redis store, redis-server's used_memory (INFO
+// memory) is measured at the same points.
+func runIdleMemory(ctx context.Context, e *Env, round int, store string) (Metrics, error) {
 	p := idleParamsFor(e.Cfg.Quick)
-	a, err := e.StartAgentd("idle-memory", "")
+	tag := runTag(round, store)
+	rd := e.redisOf(store)
+	a, err := e.StartAgentdOn(store, "idle-memory", round, "")
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +55,21 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 	}
 	m["base.live_mib"] = float64(base.Live) / (1 << 20)
 	m["base.rss_mib"] = float64(baseP.RSS) / (1 << 20)
+	// redisUsed is redis-server's used_memory (0 on the memory store).
+	redisUsed := func() (int64, error) {
+		if rd == nil {
+			return 0, nil
+		}
+		return rd.UsedMemory()
+	}
+	baseRedis, err := redisUsed()
+	if err != nil {
+		return m, err
+	}
+	if rd != nil {
+		m["base.redis_server_used_mib"] = float64(baseRedis) / (1 << 20)
+	}
+	prevRedis := baseRedis
 
 	var ids []string
 	var withHistory ProcSample
@@ -66,10 +84,10 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 		}
 		n := level - len(ids)
 		// Bare sessions, in batches, watching the RSS budget.
-		created, err := createWithin(ctx, e, a, c, n, "sessions")
+		created, err := createWithin(ctx, e, a, rd, c, n, "sessions")
 		ids = append(ids, created...)
 		if err != nil {
-			e.Note("idle-memory", "round %d: stopped at %d sessions: %v", round, len(ids), err)
+			e.Note("idle-memory", "%s: stopped at %d sessions: %v", tag, len(ids), err)
 			m[fmt.Sprintf("stopped_at.%d", level)] = float64(len(ids))
 			break
 		}
@@ -80,10 +98,17 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 		lv := fmt.Sprint(level)
 		m["bare."+lv+".heap_per_session_b"] = float64(int64(bare.Live)-int64(prevLive)) / float64(n)
 		m["bare."+lv+".rss_per_session_b"] = float64(bareP.RSS-prevRSS) / float64(n)
+		bareRedis, err := redisUsed()
+		if err != nil {
+			return m, err
+		}
+		if rd != nil {
+			m["bare."+lv+".redis_server_mem_per_session_b"] = float64(bareRedis-prevRedis) / float64(n)
+		}
 		// One prompt each: the user's text and the echo, ~11 and ~17 bytes of text.
 		e.Prog.Update("%d sessions: prompting", level)
 		if err := promptAll(ctx, e, a, c, created); err != nil {
-			e.Note("idle-memory", "round %d: prompting: %v", round, err)
+			e.Note("idle-memory", "%s: prompting: %v", tag, err)
 			break
 		}
 		withHistoryMem, withHistory, err = measure(true)
@@ -99,13 +124,24 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 		m[lv+".pte_mib"] = float64(withHistory.PTE) / (1 << 20)
 		m[lv+".goroutines"] = float64(withHistoryMem.Goroutines)
 		m["sessions"] = float64(len(ids))
+		if rd != nil {
+			used, err := redisUsed()
+			if err != nil {
+				return m, err
+			}
+			m[lv+".redis_server_mem_per_session_b"] = float64(used-prevRedis) / float64(n)
+			m[lv+".redis_server_history_per_session_b"] = float64(used-bareRedis) / float64(n)
+			m[lv+".redis_server_used_mib"] = float64(used) / (1 << 20)
+			m[lv+".redis_server_rss_mib"] = float64(rd.Sample().RSS) / (1 << 20)
+			prevRedis = used
+		}
 		if li == 0 && e.profiling(round) {
-			e.HeapProfile(ctx, a, fmt.Sprintf("idle-memory-%d-sessions", level))
+			e.HeapProfile(ctx, a, profileName(store, fmt.Sprintf("idle-memory-%d-sessions", level)))
 		}
 		if li == 0 {
 			// Subscribers go on the first level's sessions.
-			if err := idleSubscribers(ctx, e, a, c, ids, p, m, round); err != nil {
-				e.Note("idle-memory", "round %d: subscribers: %v", round, err)
+			if err := idleSubscribers(ctx, e, a, c, ids, p, m, round, store); err != nil {
+				e.Note("idle-memory", "%s: subscribers: %v", tag, err)
 			}
 			// The subscribers' bookkeeping shifts the baseline of the next
 			// level: measure again.
@@ -122,7 +158,7 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 	err = c.DeleteSessions(dctx, ids, 16)
 	cancel()
 	if err != nil {
-		e.Note("idle-memory", "round %d: delete: %v", round, err)
+		e.Note("idle-memory", "%s: delete: %v", tag, err)
 	}
 	m["delete_s"] = time.Since(t0).Seconds()
 	settle := 2 * time.Second
@@ -142,12 +178,19 @@ func runIdleMemory(ctx context.Context, e *Env, round int) (Metrics, error) {
 		m["after_gc.rss_mib"] = float64(endP.RSS) / (1 << 20)
 		m["peak.rss_mib"] = float64(endP.HWM) / (1 << 20)
 	}
+	if rd != nil {
+		if used, err := redisUsed(); err == nil {
+			m["after.redis_server_used_mib"] = float64(used) / (1 << 20)
+		}
+		m["peak.redis_server_rss_mib"] = float64(rd.Sample().HWM) / (1 << 20)
+	}
 	return m, nil
 }
 
-// createWithin creates n sessions in batches and stops when agentd's RSS
-// passes the budget.
-func createWithin(ctx context.Context, e *Env, a *Agentd, c *Client, n int, what string) ([]string, error) {
+// createWithin creates n sessions in batches and stops when agentd's RSS,
+// or rd's (the Redis store's redis-server, when not nil), passes the
+// budget.
+func createWithin(ctx context.Context, e *Env, a *Agentd, rd *Redis, c *Client, n int, what string) ([]string, error) {
 	var ids []string
 	const batch = 5000
 	for len(ids) < n {
@@ -161,6 +204,11 @@ func createWithin(ctx context.Context, e *Env, a *Agentd, c *Client, n int, what
 		e.Prog.Update("%d/%d %s, agentd RSS %.0f MiB", len(ids), n, what, float64(s.RSS)/(1<<20))
 		if s.RSS > e.Cfg.MemBudget {
 			return ids, fmt.Errorf("agentd RSS %.1f GiB passed the budget (--mem-budget-gib)", gib(float64(s.RSS)))
+		}
+		if rd != nil {
+			if r := rd.Sample().RSS; r > e.Cfg.MemBudget {
+				return ids, fmt.Errorf("redis-server RSS %.1f GiB passed the budget (--mem-budget-gib)", gib(float64(r)))
+			}
 		}
 	}
 	return ids, nil
@@ -187,7 +235,7 @@ func promptAll(ctx context.Context, e *Env, a *Agentd, c *Client, ids []string) 
 // idleSubscribers opens one idle SSE subscriber on each of the first
 // p.Subscribers sessions (as many as file descriptors allow), measures,
 // closes them and measures again.
-func idleSubscribers(ctx context.Context, e *Env, a *Agentd, c *Client, ids []string, p idleParams, m Metrics, round int) error {
+func idleSubscribers(ctx context.Context, e *Env, a *Agentd, c *Client, ids []string, p idleParams, m Metrics, round int, store string) error {
 	settle := 2 * time.Second
 	if e.Cfg.Quick {
 		settle = 100 * time.Millisecond
@@ -257,7 +305,7 @@ func idleSubscribers(ctx context.Context, e *Env, a *Agentd, c *Client, ids []st
 	m["subscriber.goroutines"] = float64(after.Goroutines-before.Goroutines) / float64(n)
 	m["subscriber.stack_b"] = float64(int64(after.StackInuse)-int64(before.StackInuse)) / float64(n)
 	if e.profiling(round) {
-		e.HeapProfile(ctx, a, fmt.Sprintf("idle-memory-%d-subscribers", n))
+		e.HeapProfile(ctx, a, profileName(store, fmt.Sprintf("idle-memory-%d-subscribers", n)))
 	}
 	for i, s := range subs {
 		s.Close()
@@ -270,7 +318,7 @@ func idleSubscribers(ctx context.Context, e *Env, a *Agentd, c *Client, ids []st
 			break
 		}
 		if time.Now().After(deadline) {
-			e.Note("idle-memory", "round %d: %v subscribers still counted 60s after closing", round, v)
+			e.Note("idle-memory", "%s: %v subscribers still counted 60s after closing", runTag(round, store), v)
 			break
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -36,13 +36,14 @@ func overheadParamsFor(quick bool) overheadParams {
 // fresh session so that every request carries the same one-message
 // context. Every text delta is stamped by the mock, so each request yields
 // its inbound time (request sent → mock got it) and each chunk its transit
-// time (mock wrote it → client read it), whatever the path.
-func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
+// time (mock wrote it → client read it), whatever the path. On the Redis
+// store, redis-server's CPU per prompt is measured too.
+func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics, error) {
 	p := overheadParamsFor(e.Cfg.Quick)
 	headers := map[string]string{
 		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
 	}
-	a, err := e.StartAgentd("overhead", "providers:\n"+e.MockProvider("mock", "anthropic", headers))
+	a, err := e.StartAgentdOn(store, "overhead", round, "providers:\n"+e.MockProvider("mock", "anthropic", headers))
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +63,11 @@ func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
 
 	turns := map[string][]*Turn{}
 	errs := map[string]int{}
+	rd := e.redisOf(store)
+	var rd0, rd1 ProcSample
+	if rd != nil {
+		rd0 = rd.Sample()
+	}
 	cpu0 := a.Sample()
 	mach0 := ReadMachineCPU()
 	var stopProfile func()
@@ -69,7 +75,7 @@ func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
 		if i == p.Warmup && e.profiling(round) {
 			// The agentd requests take about half of the remaining time.
 			d := time.Duration(p.N*len(overheadPaths)*(p.Tokens+6)*p.ChunkMs) * time.Millisecond
-			stopProfile = e.CPUProfile(ctx, a, "overhead-cpu", d)
+			stopProfile = e.CPUProfile(ctx, a, profileName(store, "overhead-cpu"), d)
 		}
 		for k := range overheadPaths {
 			path := overheadPaths[(i+k)%len(overheadPaths)]
@@ -94,7 +100,7 @@ func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
 			if err != nil {
 				errs[path]++
 				if errs[path] <= 3 {
-					e.Note("overhead", "round %d %s: %v", round, path, err)
+					e.Note("overhead", "%s %s: %v", runTag(round, store), path, err)
 				}
 				continue
 			}
@@ -109,6 +115,9 @@ func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
 	}
 	cpu1 := a.Sample()
 	mach1 := ReadMachineCPU()
+	if rd != nil {
+		rd1 = rd.Sample()
+	}
 	if stopProfile != nil {
 		stopProfile()
 	}
@@ -166,9 +175,15 @@ func runOverhead(ctx context.Context, e *Env, round int) (Metrics, error) {
 	if prompts > 0 {
 		m["cpu_us_per_prompt"] = float64((cpu1.CPU - cpu0.CPU).Microseconds()) / float64(prompts)
 		m["cpu_us_per_chunk_c1"] = m["cpu_us_per_prompt"] / float64(p.Tokens)
+		if rd != nil {
+			m["redis_server_cpu_us_per_prompt"] = float64((rd1.CPU - rd0.CPU).Microseconds()) / float64(prompts)
+		}
 	}
 	m["machine_busy_pct"] = busyPct(mach0, mach1)
 	m["agentd_rss_mib"] = float64(cpu1.RSS) / (1 << 20)
+	if rd != nil {
+		m["redis_server_rss_mib"] = float64(rd1.RSS) / (1 << 20)
+	}
 	return m, nil
 }
 

@@ -329,32 +329,90 @@ func StartRedis(dir string) (*Redis, error) {
 	return r, nil
 }
 
-// CommandStats returns INFO commandstats: calls per command.
-func (r *Redis) CommandStats() (map[string]int64, error) {
+// Do sends one command on a connection of its own and returns the reply: a
+// simple string, an integer or a bulk string as text, nil as "" (a Redis
+// error is an error; arrays are not read).
+func (r *Redis) Do(args ...string) (string, error) {
 	c, err := net.DialTimeout("tcp", r.Addr, 2*time.Second)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(c, "INFO commandstats\r\n"); err != nil {
-		return nil, err
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return "", err
 	}
 	br := bufio.NewReader(c)
 	head, err := br.ReadString('\n')
-	if err != nil || !strings.HasPrefix(head, "$") {
-		return nil, fmt.Errorf("redis INFO: unexpected reply %q", head)
+	if err != nil {
+		return "", err
 	}
-	n, _ := strconv.Atoi(strings.TrimSpace(head[1:]))
-	body := make([]byte, n+2)
-	if _, err := io.ReadFull(br, body); err != nil {
+	head = strings.TrimRight(head, "\r\n")
+	if head == "" {
+		return "", fmt.Errorf("redis %s: empty reply", args[0])
+	}
+	switch head[0] {
+	case '+', ':':
+		return head[1:], nil
+	case '-':
+		return "", fmt.Errorf("redis %s: %s", args[0], head[1:])
+	case '$':
+		n, err := strconv.Atoi(head[1:])
+		if err != nil {
+			return "", fmt.Errorf("redis %s: unexpected reply %q", args[0], head)
+		}
+		if n < 0 {
+			return "", nil // nil
+		}
+		body := make([]byte, n+2)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return "", err
+		}
+		return string(body[:n]), nil
+	}
+	return "", fmt.Errorf("redis %s: unexpected reply %q", args[0], head)
+}
+
+// Info returns the fields of an INFO section.
+func (r *Redis) Info(section string) (map[string]string, error) {
+	body, err := r.Do("INFO", section)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(body, "\r\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && !strings.HasPrefix(k, "#") {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// UsedMemory is INFO memory's used_memory: the bytes Redis's allocator
+// holds for the data (and its own structures).
+func (r *Redis) UsedMemory() (int64, error) {
+	info, err := r.Info("memory")
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(info["used_memory"], 10, 64)
+}
+
+// CommandStats returns INFO commandstats: calls per command.
+func (r *Redis) CommandStats() (map[string]int64, error) {
+	info, err := r.Info("commandstats")
+	if err != nil {
 		return nil, err
 	}
 	out := map[string]int64{}
-	for _, l := range strings.Split(string(body), "\r\n") {
+	for name, rest := range info {
 		// cmdstat_evalsha:calls=12,usec=…
-		name, rest, ok := strings.Cut(l, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+		if !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
 		for _, kv := range strings.Split(rest, ",") {

@@ -30,6 +30,45 @@ func (r *Result) agg(scenario, k string) Agg {
 
 func (r *Result) med(scenario, k string) float64 { return r.agg(scenario, k).Median }
 
+// stores are the stores the StoreScenarios ran on (memory alone when
+// Result.Stores is empty).
+func (r *Result) stores() []storeView {
+	names := r.Stores
+	if len(names) == 0 {
+		names = []string{StoreMemory}
+	}
+	out := make([]storeView, 0, len(names))
+	for _, s := range names {
+		v := storeView{r: r, store: s}
+		if s == StoreRedis {
+			v.prefix, v.label = "redis.", ", Redis store"
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// storeView reads the metrics of one store's runs: the memory store's under
+// their names, the Redis store's prefixed "redis.".
+type storeView struct {
+	r             *Result
+	store         string
+	prefix, label string // label: "" or ", Redis store", appended to row names
+}
+
+func (v storeView) agg(scenario, k string) Agg     { return v.r.agg(scenario, v.prefix+k) }
+func (v storeView) med(scenario, k string) float64 { return v.r.med(scenario, v.prefix+k) }
+func (v storeView) redis() bool                    { return v.store == StoreRedis }
+
+// plusRedis is " (+ X redis-server)" for a metric of the Redis store's
+// redis-server, "" when not measured.
+func plusRedis(a Agg, format, unit string) string {
+	if !finite(a.Median) {
+		return ""
+	}
+	return " (+ " + f(a, format) + unit + " redis-server)"
+}
+
 func met(ok bool) *bool { return &ok }
 
 // decisionCases are the BenchmarkDecision cases of ordinary provider errors
@@ -66,46 +105,85 @@ func evaluateTargets(r *Result) []Target {
 	le := func(lim float64) func(float64) bool { return func(v float64) bool { return v <= lim } }
 	ge := func(lim float64) func(float64) bool { return func(v float64) bool { return v >= lim } }
 
+	// The targets of the StoreScenarios: one row per store, side by side
+	// (the Redis store's named ", Redis store").
+	each := func(f func(v storeView)) {
+		for _, v := range r.stores() {
+			f(v)
+		}
+	}
 	// Overhead.
 	for _, p := range []struct{ path, label string }{{pathREST, "REST+SSE"}, {pathGRPC, "gRPC"}} {
-		add("added TTFT p50, "+p.label, "≤ 0.5 ms", r.med("overhead", "added_ttft."+p.path+".p50"), le(0.5), "%.3f ms", "")
-		add("added TTFT p99, "+p.label, "≤ 2 ms", r.med("overhead", "added_ttft."+p.path+".p99"), le(2), "%.3f ms", "")
-		add("added TTFT p50 / floor's, "+p.label, "≤ 1.5×", r.med("overhead", "ratio_to_floor."+p.path+".p50"), le(1.5), "%.2f×",
-			fmt.Sprintf("floor (bare ReverseProxy) adds %.3f ms", r.med("overhead", "added_ttft.floor.p50")))
+		each(func(v storeView) {
+			add("added TTFT p50, "+p.label+v.label, "≤ 0.5 ms", v.med("overhead", "added_ttft."+p.path+".p50"), le(0.5), "%.3f ms", "")
+		})
+		each(func(v storeView) {
+			add("added TTFT p99, "+p.label+v.label, "≤ 2 ms", v.med("overhead", "added_ttft."+p.path+".p99"), le(2), "%.3f ms", "")
+		})
+		each(func(v storeView) {
+			add("added TTFT p50 / floor's, "+p.label+v.label, "≤ 1.5×", v.med("overhead", "ratio_to_floor."+p.path+".p50"), le(1.5), "%.2f×",
+				fmt.Sprintf("floor (bare ReverseProxy) adds %.3f ms", v.med("overhead", "added_ttft.floor.p50")))
+		})
 	}
 	// CPU per chunk, capacity.
-	add("agentd CPU per relayed chunk per subscriber (fanout, 100 subscribers)", "≤ 40 µs",
-		r.med("fanout", "n100.cpu_us_per_chunk_per_sub"), le(40), "%.1f µs", "")
-	capChunk, capRate := math.NaN(), ""
-	if rate := r.med("capacity", "max_rate.le_10ms"); finite(rate) {
-		capChunk = r.med("capacity", fmt.Sprintf("rate.%g.cpu_us_per_chunk", rate))
-		capRate = fmt.Sprintf("at %g prompts/s, one subscriber per stream, the prompt's own work included", rate)
-	}
-	if fl := r.med("capacity", "floor.cpu_us_per_chunk"); finite(fl) {
-		capRate += fmt.Sprintf("; the bare proxy: %.1f µs per chunk at %g prompts/s", fl, r.med("capacity", "floor.rate"))
-	}
-	add("agentd CPU per relayed chunk (capacity)", "≤ 40 µs", capChunk, le(40), "%.1f µs", capRate)
-	add("concurrent streaming sessions with added p99 ≤ 10 ms", "≥ 1000", r.med("capacity", "concurrency_max.le_10ms"), ge(1000), "%.0f",
-		fmt.Sprintf("highest clean rate %g prompts/s", r.med("capacity", "max_rate.le_10ms")))
+	each(func(v storeView) {
+		add("agentd CPU per relayed chunk per subscriber (fanout, 100 subscribers)"+v.label, "≤ 40 µs",
+			v.med("fanout", "n100.cpu_us_per_chunk_per_sub"), le(40), "%.1f µs", redisNote(v, v.med("fanout", "n100.redis_server_cpu_us_per_chunk_per_sub"), "%.1f µs"))
+	})
+	each(func(v storeView) {
+		capChunk, capRate := math.NaN(), ""
+		if rate := v.med("capacity", "max_rate.le_10ms"); finite(rate) {
+			capChunk = v.med("capacity", fmt.Sprintf("rate.%g.cpu_us_per_chunk", rate))
+			capRate = fmt.Sprintf("at %g prompts/s, one subscriber per stream, the prompt's own work included", rate)
+			if x := v.med("capacity", fmt.Sprintf("rate.%g.redis_server_cpu_us_per_chunk", rate)); finite(x) {
+				capRate += fmt.Sprintf(", redis-server %.1f µs more", x)
+			}
+		}
+		if fl := v.med("capacity", "floor.cpu_us_per_chunk"); finite(fl) {
+			capRate += fmt.Sprintf("; the bare proxy: %.1f µs per chunk at %g prompts/s", fl, v.med("capacity", "floor.rate"))
+		}
+		add("agentd CPU per relayed chunk (capacity)"+v.label, "≤ 40 µs", capChunk, le(40), "%.1f µs", strings.TrimPrefix(capRate, "; "))
+	})
+	each(func(v storeView) {
+		add("concurrent streaming sessions with added p99 ≤ 10 ms"+v.label, "≥ 1000", v.med("capacity", "concurrency_max.le_10ms"), ge(1000), "%.0f",
+			fmt.Sprintf("highest clean rate %g prompts/s", v.med("capacity", "max_rate.le_10ms")))
+	})
 	// Memory.
-	add("idle session (without its history), heap", "≤ 16 KiB", r.med("idle-memory", "bare.10000.heap_per_session_b")/1024, le(16), "%.1f KiB",
-		fmt.Sprintf("RSS %.1f KiB per session; history of two messages adds %.2f KiB of heap",
-			r.med("idle-memory", "bare.10000.rss_per_session_b")/1024, r.med("idle-memory", "10000.history_per_session_b")/1024))
-	add("idle SSE subscriber, heap + stacks", "≤ 32 KiB", r.med("idle-memory", "subscriber.heap_b")/1024, le(32), "%.1f KiB",
-		fmt.Sprintf("RSS %.1f KiB, %.1f goroutines per subscriber", r.med("idle-memory", "subscriber.rss_b")/1024, r.med("idle-memory", "subscriber.goroutines")))
-	live100k, rss100k := r.med("idle-memory", "100000.total_live_mib"), r.med("idle-memory", "100000.total_rss_mib")
-	add("100k idle sessions fit in 2 GiB (the larger of Go heap and RSS)", "≤ 2 GiB", math.Max(live100k, rss100k)/1024, le(2), "%.2f GiB",
-		fmt.Sprintf("Go heap %.2f GiB, RSS %.2f GiB (RSS keeps what the 10k subscribers used)", live100k/1024, rss100k/1024))
+	each(func(v storeView) {
+		note := fmt.Sprintf("RSS %.1f KiB per session; history of two messages adds %.2f KiB of heap",
+			v.med("idle-memory", "bare.10000.rss_per_session_b")/1024, v.med("idle-memory", "10000.history_per_session_b")/1024)
+		if x := v.med("idle-memory", "bare.10000.redis_server_mem_per_session_b"); finite(x) {
+			note += fmt.Sprintf("; redis-server holds %.2f KiB per bare session, %.2f KiB with its history",
+				x/1024, v.med("idle-memory", "10000.redis_server_mem_per_session_b")/1024)
+		}
+		add("idle session (without its history), heap"+v.label, "≤ 16 KiB", v.med("idle-memory", "bare.10000.heap_per_session_b")/1024, le(16), "%.1f KiB", note)
+	})
+	each(func(v storeView) {
+		add("idle SSE subscriber, heap + stacks"+v.label, "≤ 32 KiB", v.med("idle-memory", "subscriber.heap_b")/1024, le(32), "%.1f KiB",
+			fmt.Sprintf("RSS %.1f KiB, %.1f goroutines per subscriber", v.med("idle-memory", "subscriber.rss_b")/1024, v.med("idle-memory", "subscriber.goroutines")))
+	})
+	each(func(v storeView) {
+		live100k, rss100k := v.med("idle-memory", "100000.total_live_mib"), v.med("idle-memory", "100000.total_rss_mib")
+		note := fmt.Sprintf("Go heap %.2f GiB, RSS %.2f GiB (RSS keeps what the 10k subscribers used)", live100k/1024, rss100k/1024)
+		if x := v.med("idle-memory", "100000.redis_server_used_mib"); finite(x) {
+			note += fmt.Sprintf("; redis-server holds %.2f GiB more", x/1024)
+		}
+		add("100k idle sessions fit in 2 GiB (the larger of Go heap and RSS)"+v.label, "≤ 2 GiB", math.Max(live100k, rss100k)/1024, le(2), "%.2f GiB", note)
+	})
 	// Fan-out.
-	stall := r.med("fanout", "stall_effect.p99_ms")
-	nostall := r.med("fanout", "n100.nostall.last.p99")
-	if !finite(nostall) {
-		stall = math.NaN()
-	}
-	add("a stalled subscriber adds nothing (last-subscriber p99 at 100, with − without)", "≤ noise (0.5 ms + 10%)", stall,
-		func(v float64) bool { return v <= 0.5+0.1*nostall }, "%+.3f ms",
-		fmt.Sprintf("without the stalled subscriber: %.3f ms; backlog toward the stalled one %.0f KiB", nostall, r.med("fanout", "n100.stalled_backlog_end_kib")))
-	add("last-subscriber p99 at 100 subscribers", "≤ 5 ms", r.med("fanout", "n100.last.p99"), le(5), "%.3f ms", "")
+	each(func(v storeView) {
+		stall := v.med("fanout", "stall_effect.p99_ms")
+		nostall := v.med("fanout", "n100.nostall.last.p99")
+		if !finite(nostall) {
+			stall = math.NaN()
+		}
+		add("a stalled subscriber adds nothing (last-subscriber p99 at 100, with − without)"+v.label, "≤ noise (0.5 ms + 10%)", stall,
+			func(x float64) bool { return x <= 0.5+0.1*nostall }, "%+.3f ms",
+			fmt.Sprintf("without the stalled subscriber: %.3f ms; backlog toward the stalled one %.0f KiB", nostall, v.med("fanout", "n100.stalled_backlog_end_kib")))
+	})
+	each(func(v storeView) {
+		add("last-subscriber p99 at 100 subscribers"+v.label, "≤ 5 ms", v.med("fanout", "n100.last.p99"), le(5), "%.3f ms", "")
+	})
 	// Retry.
 	ns, allocs, worstNs, worstAllocs := r.decisionWorst()
 	add("retry decision time (Classify + Plan), worst ordinary error", "≤ 10 µs", ns/1000, le(10), "%.1f µs", worstNs)
@@ -114,6 +192,15 @@ func evaluateTargets(r *Result) []Target {
 	add("Redis round trips per credential rotation", "≤ 1", r.med("retry", "redis.rotation.redis_trips_per_attempt"), le(1), "%.2f",
 		"the rotation prompt's round trips less a happy prompt's")
 	return ts
+}
+
+// redisNote is a target's note on the Redis store: redis-server's share,
+// when measured.
+func redisNote(v storeView, x float64, format string) string {
+	if !v.redis() || !finite(x) {
+		return ""
+	}
+	return fmt.Sprintf("redis-server "+format+" more", x)
 }
 
 // f formats an aggregate: the median and, over several rounds, [min–max].
@@ -149,6 +236,16 @@ func Markdown(r *Result) string {
 		w(" (quick: smoke-test sizes, not comparable)")
 	}
 	w(".\nEach value is the median over the rounds, with [min–max] when they differ.\n\n")
+	if len(r.Stores) > 0 {
+		var names []string
+		for _, v := range r.stores() {
+			names = append(names, map[string]string{StoreMemory: "the memory store", StoreRedis: "the Redis store"}[v.store])
+		}
+		w("The overhead, capacity, idle-memory and fanout scenarios ran agentd on %s, a fresh agentd per run, the stores one "+
+			"after the other in each round. The Redis store is a redis-server of the bench's own on loopback (one for the whole run, "+
+			"a key prefix per agentd, emptied after each); rows and targets marked *Redis store* are those runs, and "+
+			"*redis-server* figures are its own CPU and memory.\n\n", strings.Join(names, " and "))
+	}
 
 	if len(r.Targets) > 0 {
 		w("## Targets\n\n| target | goal | measured | met |\n|---|---|---|---|\n")
@@ -221,7 +318,10 @@ func orDash(s string) string {
 }
 
 func mdOverhead(b *strings.Builder, r *Result) {
-	a := func(k string) Agg { return r.agg("overhead", k) }
+	stores := r.stores()
+	// The direct path and the floor: the first store's runs.
+	base := stores[0]
+	a := func(k string) Agg { return base.agg("overhead", k) }
 	fmt.Fprintf(b, "## overhead — one request at a time\n\n")
 	fmt.Fprintf(b, "An 8-delta Anthropic stream, 2 ms between frames, %s requests per path per round, the paths interleaved. "+
 		"*Added* pXX is the path's pXX less the direct path's median (conservative: the direct path's own outliers never "+
@@ -236,19 +336,50 @@ func mdOverhead(b *strings.Builder, r *Result) {
 				f(a("gap."+p+".p99"), "%.3f"))
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %s ms | %s ms | %s ms | %s ms | %s / %s ms | %s ms | %s / %s ms |\n", labels[p],
-			f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"),
-			f(a("added_ttft."+p+".p50"), "%.3f"), f(a("added_ttft."+p+".p99"), "%.3f"),
-			f(a("added_chunk."+p+".p50"), "%.3f"), f(a("added_chunk."+p+".p99"), "%.3f"),
-			f(a("gap."+p+".p99"), "%.3f"),
-			f(a("added_end."+p+".p50"), "%.3f"), f(a("added_end."+p+".p99"), "%.3f"))
+		views := stores
+		if p == pathFloor {
+			views = stores[:1]
+		}
+		for _, v := range views {
+			a := func(k string) Agg { return v.agg("overhead", k) }
+			label := labels[p]
+			if p != pathFloor {
+				label += v.label
+			}
+			fmt.Fprintf(b, "| %s | %s ms | %s ms | %s ms | %s ms | %s / %s ms | %s ms | %s / %s ms |\n", label,
+				f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"),
+				f(a("added_ttft."+p+".p50"), "%.3f"), f(a("added_ttft."+p+".p99"), "%.3f"),
+				f(a("added_chunk."+p+".p50"), "%.3f"), f(a("added_chunk."+p+".p99"), "%.3f"),
+				f(a("gap."+p+".p99"), "%.3f"),
+				f(a("added_end."+p+".p50"), "%.3f"), f(a("added_end."+p+".p99"), "%.3f"))
+		}
 	}
-	fmt.Fprintf(b, "\nagentd CPU per prompt at one request at a time: %s µs (%s µs per delta). Machine busy during the run: %s%%.\n\n",
-		f(a("cpu_us_per_prompt"), "%.0f"), f(a("cpu_us_per_chunk_c1"), "%.0f"), f(a("machine_busy_pct"), "%.0f"))
+	for i, v := range stores {
+		a := func(k string) Agg { return v.agg("overhead", k) }
+		if !v.redis() {
+			fmt.Fprintf(b, "\nagentd CPU per prompt at one request at a time: %s µs (%s µs per delta). Machine busy during the run: %s%%.\n\n",
+				f(a("cpu_us_per_prompt"), "%.0f"), f(a("cpu_us_per_chunk_c1"), "%.0f"), f(a("machine_busy_pct"), "%.0f"))
+			continue
+		}
+		if i == 0 {
+			fmt.Fprintf(b, "\n")
+		} else {
+			// The Redis rows come from runs of their own: their direct
+			// path and floor.
+			fmt.Fprintf(b, "The Redis store's rows are from runs of their own, their added values against those runs' direct path "+
+				"(TTFT p50 %s ms); the floor there added %s / %s ms TTFT p50 / p99.\n\n",
+				f(a("ttft.direct.p50"), "%.3f"), f(a("added_ttft.floor.p50"), "%.3f"), f(a("added_ttft.floor.p99"), "%.3f"))
+		}
+		fmt.Fprintf(b, "On the Redis store: agentd CPU per prompt at one request at a time %s µs (%s µs per delta), redis-server %s µs "+
+			"per prompt more (RSS %s MiB). Machine busy during the run: %s%%.\n\n",
+			f(a("cpu_us_per_prompt"), "%.0f"), f(a("cpu_us_per_chunk_c1"), "%.0f"), f(a("redis_server_cpu_us_per_prompt"), "%.0f"),
+			f(a("redis_server_rss_mib"), "%.0f"), f(a("machine_busy_pct"), "%.0f"))
+	}
 }
 
 func mdCapacity(b *strings.Builder, r *Result) {
-	a := func(k string) Agg { return r.agg("capacity", k) }
+	stores := r.stores()
+	a := func(k string) Agg { return stores[0].agg("capacity", k) }
 	fmt.Fprintf(b, "## capacity — open-loop sweep\n\n")
 	fmt.Fprintf(b, "Prompts at a fixed rate on idle sessions of a pool, half over REST+SSE and half over gRPC; each stream %s text deltas, "+
 		"%s ms between frames. Latency counts from each prompt's scheduled time. *Added* p99 is the larger of the TTFT's "+
@@ -256,13 +387,17 @@ func mdCapacity(b *strings.Builder, r *Result) {
 		"time over the text deltas delivered, the prompts' own work included. CPU columns are %% of one core (the machine has "+
 		"two); *other load* is what the machine ran besides agentd, the mock and the load generator (other tenants).\n\n", f(a("tokens"), "%.0f"), f(a("chunk_ms"), "%.0f"))
 	fmt.Fprintf(b, "| prompts/s | concurrent streams | chunks/s | added p99 | TTFT added p99 SSE / gRPC | chunk p99 SSE / gRPC | errors + drops | agentd CPU | CPU µs / chunk | provider conns / prompt | bench + mock CPU | other load |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	// The rates each store's sweep reached.
+	rounds := r.Scenarios["capacity"].Rounds
 	rates := map[float64]bool{}
-	for _, s := range r.Scenarios["capacity"].Rounds {
+	for _, s := range rounds {
 		for k := range s {
-			if rest, ok := strings.CutPrefix(k, "rate."); ok {
-				if v, ok := strings.CutSuffix(rest, ".prompts"); ok {
-					if rate, err := strconv.ParseFloat(v, 64); err == nil {
-						rates[rate] = true
+			for _, v := range stores {
+				if rest, ok := strings.CutPrefix(k, v.prefix+"rate."); ok {
+					if x, ok := strings.CutSuffix(rest, ".prompts"); ok {
+						if rate, err := strconv.ParseFloat(x, 64); err == nil {
+							rates[rate] = true
+						}
 					}
 				}
 			}
@@ -274,32 +409,59 @@ func mdCapacity(b *strings.Builder, r *Result) {
 	}
 	slices.Sort(rs)
 	for _, x := range rs {
-		p := fmt.Sprintf("rate.%g.", x)
-		var vals []float64
-		for i := range r.Scenarios["capacity"].Rounds {
-			rr := r.Scenarios["capacity"].Rounds[i]
-			if _, ok := rr[p+"prompts"]; ok {
-				vals = append(vals, rr[p+"errors"]+rr[p+"dropped"]+rr[p+"no_session"])
+		for _, v := range stores {
+			a := func(k string) Agg { return v.agg("capacity", k) }
+			p := fmt.Sprintf("rate.%g.", x)
+			var vals []float64
+			for _, rr := range rounds {
+				if _, ok := rr[v.prefix+p+"prompts"]; ok {
+					vals = append(vals, rr[v.prefix+p+"errors"]+rr[v.prefix+p+"dropped"]+rr[v.prefix+p+"no_session"])
+				}
 			}
+			if len(vals) == 0 {
+				continue
+			}
+			bad := Aggregate(roundsOf(vals))["v"]
+			fmt.Fprintf(b, "| %g%s | %s | %s | %s ms | %s / %s ms | %s / %s ms | %s | %s%%%s | %s%s | %s | %s%% | %s%% |\n", x, v.label,
+				f(a(p+"inflight.mean"), "%.0f"), f(a(p+"chunks_per_s"), "%.0f"), f(a(p+"added.p99"), "%.2f"),
+				f(a(p+"ttft_added.sse.p99"), "%.2f"), f(a(p+"ttft_added.grpc.p99"), "%.2f"),
+				f(a(p+"chunk.sse.p99"), "%.2f"), f(a(p+"chunk.grpc.p99"), "%.2f"),
+				f(bad, "%.0f"), f(a(p+"agentd_cpu_pct"), "%.0f"), plusRedis(a(p+"redis_server_cpu_pct"), "%.0f", "%"),
+				f(a(p+"cpu_us_per_chunk"), "%.1f"), plusRedis(a(p+"redis_server_cpu_us_per_chunk"), "%.1f", ""),
+				f(a(p+"provider_conns_per_prompt"), "%.2f"), f(a(p+"tool_cpu_pct"), "%.0f"), f(a(p+"other_cpu_pct"), "%.0f"))
 		}
-		bad := Aggregate(roundsOf(vals))["v"]
-		fmt.Fprintf(b, "| %g | %s | %s | %s ms | %s / %s ms | %s / %s ms | %s | %s%% | %s | %s | %s%% | %s%% |\n", x,
-			f(a(p+"inflight.mean"), "%.0f"), f(a(p+"chunks_per_s"), "%.0f"), f(a(p+"added.p99"), "%.2f"),
-			f(a(p+"ttft_added.sse.p99"), "%.2f"), f(a(p+"ttft_added.grpc.p99"), "%.2f"),
-			f(a(p+"chunk.sse.p99"), "%.2f"), f(a(p+"chunk.grpc.p99"), "%.2f"),
-			f(bad, "%.0f"), f(a(p+"agentd_cpu_pct"), "%.0f"), f(a(p+"cpu_us_per_chunk"), "%.1f"),
-			f(a(p+"provider_conns_per_prompt"), "%.2f"), f(a(p+"tool_cpu_pct"), "%.0f"), f(a(p+"other_cpu_pct"), "%.0f"))
 	}
-	if finite(a("floor.cpu_us_per_chunk").Median) {
-		fmt.Fprintf(b, "\nThe floor: the same streams at %s prompts/s through the bare ReverseProxy (a process of its own) straight to the mock: "+
-			"added p99 %s ms (TTFT %s, chunk %s), proxy CPU %s%% of a core, **%s µs per chunk**; agentd at the same rate: %s µs per chunk, %s× the floor's.\n",
-			f(a("floor.rate"), "%.0f"), f(a("floor.added.p99"), "%.2f"), f(a("floor.ttft_added.p99"), "%.2f"), f(a("floor.chunk.p99"), "%.2f"),
-			f(a("floor.cpu_pct"), "%.0f"), f(a("floor.cpu_us_per_chunk"), "%.1f"),
-			f(a(fmt.Sprintf("rate.%g.cpu_us_per_chunk", a("floor.rate").Median)), "%.1f"), f(a("cpu_per_chunk_ratio_to_floor"), "%.1f"))
+	for _, v := range stores {
+		a := func(k string) Agg { return v.agg("capacity", k) }
+		if !finite(a("floor.cpu_us_per_chunk").Median) {
+			continue
+		}
+		atFloor := fmt.Sprintf("rate.%g.", a("floor.rate").Median)
+		if !v.redis() {
+			fmt.Fprintf(b, "\nThe floor: the same streams at %s prompts/s through the bare ReverseProxy (a process of its own) straight to the mock: "+
+				"added p99 %s ms (TTFT %s, chunk %s), proxy CPU %s%% of a core, **%s µs per chunk**; agentd at the same rate: %s µs per chunk, %s× the floor's.\n",
+				f(a("floor.rate"), "%.0f"), f(a("floor.added.p99"), "%.2f"), f(a("floor.ttft_added.p99"), "%.2f"), f(a("floor.chunk.p99"), "%.2f"),
+				f(a("floor.cpu_pct"), "%.0f"), f(a("floor.cpu_us_per_chunk"), "%.1f"),
+				f(a(atFloor+"cpu_us_per_chunk"), "%.1f"), f(a("cpu_per_chunk_ratio_to_floor"), "%.1f"))
+			continue
+		}
+		fmt.Fprintf(b, "\nThe floor in the Redis store's runs: the same streams at %s prompts/s through the bare ReverseProxy: added p99 %s ms, "+
+			"proxy CPU %s%% of a core, **%s µs per chunk**; agentd on the Redis store at the same rate: %s µs per chunk, %s× the floor's, "+
+			"and redis-server %s µs per chunk more.\n",
+			f(a("floor.rate"), "%.0f"), f(a("floor.added.p99"), "%.2f"), f(a("floor.cpu_pct"), "%.0f"), f(a("floor.cpu_us_per_chunk"), "%.1f"),
+			f(a(atFloor+"cpu_us_per_chunk"), "%.1f"), f(a("cpu_per_chunk_ratio_to_floor"), "%.1f"), f(a(atFloor+"redis_server_cpu_us_per_chunk"), "%.1f"))
 	}
-	fmt.Fprintf(b, "\n| added p99 ≤ | highest clean rate (prompts/s) | concurrent streams |\n|---|---|---|\n")
+	fmt.Fprintf(b, "\n| added p99 ≤ |")
+	for _, v := range stores {
+		fmt.Fprintf(b, " highest clean rate (prompts/s)%s | concurrent streams%s |", v.label, v.label)
+	}
+	fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---|---|", len(stores)))
 	for _, lim := range []string{"1", "5", "10", "50"} {
-		fmt.Fprintf(b, "| %s ms | %s | %s |\n", lim, f(a("max_rate.le_"+lim+"ms"), "%.0f"), f(a("concurrency.le_"+lim+"ms"), "%.0f"))
+		fmt.Fprintf(b, "| %s ms |", lim)
+		for _, v := range stores {
+			fmt.Fprintf(b, " %s | %s |", f(v.agg("capacity", "max_rate.le_"+lim+"ms"), "%.0f"), f(v.agg("capacity", "concurrency.le_"+lim+"ms"), "%.0f"))
+		}
+		fmt.Fprintf(b, "\n")
 	}
 	fmt.Fprintf(b, "\n")
 }
@@ -313,37 +475,74 @@ func roundsOf(vals []float64) []Metrics {
 }
 
 func mdIdle(b *strings.Builder, r *Result) {
-	a := func(k string) Agg { return r.agg("idle-memory", k) }
-	kib := func(k string) Agg {
-		x := a(k)
-		x.Median, x.Min, x.Max = x.Median/1024, x.Min/1024, x.Max/1024
-		return x
-	}
+	stores := r.stores()
 	fmt.Fprintf(b, "## idle-memory\n\nSessions on the default configuration, created bare, then given one prompt each "+
 		"(a history of two short messages, on the simulated provider). Heap is Go's HeapAlloc + StackInuse after a forced GC; "+
 		"RSS is /proc's VmRSS. Per-session values are the growth over the level divided by its sessions.\n\n")
 	fmt.Fprintf(b, "| sessions | heap / session bare | heap / session with history | history part | RSS / session | total heap | total RSS | page tables |\n|---|---|---|---|---|---|---|---|\n")
-	for _, lv := range []string{"10000", "100000", "100", "200"} {
-		if !finite(a(lv + ".total_live_mib").Median) {
+	levels := []string{"10000", "100000", "100", "200"}
+	for _, lv := range levels {
+		for _, v := range stores {
+			a, kib := v.idleAgg()
+			if !finite(a(lv + ".total_live_mib").Median) {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s KiB | %s KiB | %s KiB | %s KiB | %s MiB | %s MiB | %s MiB |\n", lv+v.label,
+				f(kib("bare."+lv+".heap_per_session_b"), "%.1f"), f(kib(lv+".heap_per_session_b"), "%.1f"),
+				f(kib(lv+".history_per_session_b"), "%.2f"), f(kib(lv+".rss_per_session_b"), "%.1f"),
+				f(a(lv+".total_live_mib"), "%.0f"), f(a(lv+".total_rss_mib"), "%.0f"), f(a(lv+".pte_mib"), "%.0f"))
+		}
+	}
+	fmt.Fprintf(b, "\n")
+	for _, v := range stores {
+		a, kib := v.idleAgg()
+		if !v.redis() {
+			fmt.Fprintf(b, "Idle SSE subscribers (%s, one per session, GET …/events reading nothing after the headers): "+
+				"%s KiB heap + stacks each (of which stacks %s KiB), %s KiB RSS each, %s goroutines each.\n\n",
+				f(a("subscribers"), "%.0f"), f(kib("subscriber.heap_b"), "%.1f"), f(kib("subscriber.stack_b"), "%.1f"),
+				f(kib("subscriber.rss_b"), "%.1f"), f(a("subscriber.goroutines"), "%.1f"))
+			fmt.Fprintf(b, "After the load: RSS %s MiB a second after the subscribers left; after deleting every session (%s s) %s MiB "+
+				"2 s later, %s MiB 10 s later, %s MiB after a forced GC (Go heap %s MiB); peak RSS %s MiB.\n\n",
+				f(a("subscribers_gone.rss_mib"), "%.0f"), f(a("delete_s"), "%.1f"), f(a("after.rss_mib"), "%.0f"),
+				f(a("after_10s.rss_mib"), "%.0f"), f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %s KiB | %s KiB | %s KiB | %s KiB | %s MiB | %s MiB | %s MiB |\n", lv,
-			f(kib("bare."+lv+".heap_per_session_b"), "%.1f"), f(kib(lv+".heap_per_session_b"), "%.1f"),
-			f(kib(lv+".history_per_session_b"), "%.2f"), f(kib(lv+".rss_per_session_b"), "%.1f"),
-			f(a(lv+".total_live_mib"), "%.0f"), f(a(lv+".total_rss_mib"), "%.0f"), f(a(lv+".pte_mib"), "%.0f"))
+		var per []string
+		for _, lv := range levels {
+			if finite(a(lv + ".redis_server_used_mib").Median) {
+				per = append(per, fmt.Sprintf("%s KiB per bare session and %s KiB with its history at %s sessions (%s MiB in all, RSS %s MiB)",
+					f(kib("bare."+lv+".redis_server_mem_per_session_b"), "%.2f"), f(kib(lv+".redis_server_mem_per_session_b"), "%.2f"), lv,
+					f(a(lv+".redis_server_used_mib"), "%.0f"), f(a(lv+".redis_server_rss_mib"), "%.0f")))
+			}
+		}
+		if len(per) > 0 {
+			fmt.Fprintf(b, "On the Redis store, redis-server holds (INFO memory's used_memory, %s MiB at the start): %s; %s MiB after the "+
+				"sessions were deleted; peak RSS %s MiB.\n\n", f(a("base.redis_server_used_mib"), "%.1f"), strings.Join(per, "; "),
+				f(a("after.redis_server_used_mib"), "%.0f"), f(a("peak.redis_server_rss_mib"), "%.0f"))
+		}
+		fmt.Fprintf(b, "On the Redis store, idle SSE subscribers (%s): %s KiB heap + stacks each (of which stacks %s KiB), %s KiB RSS each, "+
+			"%s goroutines each. After the load: RSS %s MiB a second after the subscribers left; after deleting every session (%s s) %s MiB "+
+			"2 s later, %s MiB 10 s later, %s MiB after a forced GC (Go heap %s MiB); peak RSS %s MiB.\n\n",
+			f(a("subscribers"), "%.0f"), f(kib("subscriber.heap_b"), "%.1f"), f(kib("subscriber.stack_b"), "%.1f"),
+			f(kib("subscriber.rss_b"), "%.1f"), f(a("subscriber.goroutines"), "%.1f"),
+			f(a("subscribers_gone.rss_mib"), "%.0f"), f(a("delete_s"), "%.1f"), f(a("after.rss_mib"), "%.0f"),
+			f(a("after_10s.rss_mib"), "%.0f"), f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
 	}
-	fmt.Fprintf(b, "\nIdle SSE subscribers (%s, one per session, GET …/events reading nothing after the headers): "+
-		"%s KiB heap + stacks each (of which stacks %s KiB), %s KiB RSS each, %s goroutines each.\n\n",
-		f(a("subscribers"), "%.0f"), f(kib("subscriber.heap_b"), "%.1f"), f(kib("subscriber.stack_b"), "%.1f"),
-		f(kib("subscriber.rss_b"), "%.1f"), f(a("subscriber.goroutines"), "%.1f"))
-	fmt.Fprintf(b, "After the load: RSS %s MiB a second after the subscribers left; after deleting every session (%s s) %s MiB "+
-		"2 s later, %s MiB 10 s later, %s MiB after a forced GC (Go heap %s MiB); peak RSS %s MiB.\n\n",
-		f(a("subscribers_gone.rss_mib"), "%.0f"), f(a("delete_s"), "%.1f"), f(a("after.rss_mib"), "%.0f"),
-		f(a("after_10s.rss_mib"), "%.0f"), f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
+}
+
+// idleAgg reads the idle-memory metrics of v's runs, as they are and in KiB.
+func (v storeView) idleAgg() (a, kib func(k string) Agg) {
+	a = func(k string) Agg { return v.agg("idle-memory", k) }
+	kib = func(k string) Agg {
+		x := a(k)
+		x.Median, x.Min, x.Max = x.Median/1024, x.Min/1024, x.Max/1024
+		return x
+	}
+	return a, kib
 }
 
 func mdFanout(b *strings.Builder, r *Result) {
-	a := func(k string) Agg { return r.agg("fanout", k) }
+	stores := r.stores()
 	fmt.Fprintf(b, "## fanout — one session, many subscribers\n\nHalf the subscribers follow over SSE, half over gRPC; "+
 		"one more SSE subscriber is stalled (reads nothing, 4 KiB receive buffer, fed a few thousand events first, so that "+
 		"agentd's writes to it are blocked). Three paced prompts of 40 deltas, 50 ms apart, per level. Last-subscriber latency: "+
@@ -351,18 +550,22 @@ func mdFanout(b *strings.Builder, r *Result) {
 	fmt.Fprintf(b, "| subscribers | stalled one | last-subscriber p50 | p99 | max | any subscriber p99 | CPU µs / chunk / subscriber | backlog toward the stalled one |\n|---|---|---|---|---|---|---|---|\n")
 	for _, n := range []string{"1", "10", "100", "1000"} {
 		for _, suffix := range []string{"", ".nostall"} {
-			p := "n" + n + suffix + "."
-			if !finite(a(p + "last.p99").Median) {
-				continue
+			for _, v := range stores {
+				a := func(k string) Agg { return v.agg("fanout", k) }
+				p := "n" + n + suffix + "."
+				if !finite(a(p + "last.p99").Median) {
+					continue
+				}
+				st := "yes"
+				backlog := f(a(p+"stalled_backlog_end_kib"), "%.0f") + " KiB"
+				if suffix != "" {
+					st, backlog = "no", "–"
+				}
+				fmt.Fprintf(b, "| %s | %s | %s ms | %s ms | %s ms | %s ms | %s%s | %s |\n", n+v.label, st,
+					f(a(p+"last.p50"), "%.3f"), f(a(p+"last.p99"), "%.3f"), f(a(p+"last.max"), "%.3f"),
+					f(a(p+"each.p99"), "%.3f"), f(a(p+"cpu_us_per_chunk_per_sub"), "%.1f"),
+					plusRedis(a(p+"redis_server_cpu_us_per_chunk_per_sub"), "%.1f", ""), backlog)
 			}
-			st := "yes"
-			backlog := f(a(p+"stalled_backlog_end_kib"), "%.0f") + " KiB"
-			if suffix != "" {
-				st, backlog = "no", "–"
-			}
-			fmt.Fprintf(b, "| %s | %s | %s ms | %s ms | %s ms | %s ms | %s | %s |\n", n, st,
-				f(a(p+"last.p50"), "%.3f"), f(a(p+"last.p99"), "%.3f"), f(a(p+"last.max"), "%.3f"),
-				f(a(p+"each.p99"), "%.3f"), f(a(p+"cpu_us_per_chunk_per_sub"), "%.1f"), backlog)
 		}
 	}
 	fmt.Fprintf(b, "\n")
