@@ -151,6 +151,16 @@ func (l *eventLog) prepend(evs []Event) {
 	l.ring, l.base = all, all[0].Seq
 }
 
+// lastType is the type of the newest event held ("" when none is).
+func (l *eventLog) lastType() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.next == l.oldestLocked() {
+		return ""
+	}
+	return l.ring[(l.next-1-l.base)%l.size].Type
+}
+
 // oldest is the oldest seq held (next when none is).
 func (l *eventLog) oldest() uint64 {
 	l.mu.Lock()

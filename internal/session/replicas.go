@@ -36,10 +36,15 @@ var ErrUnavailable = errors.New("unavailable")
 // ErrOwnerLost ends a prompt whose replica was lost.
 const ErrOwnerLost = "owner replica lost"
 
-// mirrorPoll is how often a replica with readers of a session it does not
-// run checks the stored log even without a notification (one can be lost
-// while the pub/sub connection reconnects).
-const mirrorPoll = 2 * time.Second
+// How often a replica with readers of a session it does not run checks the
+// stored log even without a notification (one can be lost while the pub/sub
+// connection reconnects): often while a prompt is under way (its last
+// event seen here is not a prompt_end), rarely when the session is idle (a
+// new prompt's next notification catches up anyway).
+const (
+	mirrorPoll     = 2 * time.Second
+	mirrorIdlePoll = 30 * time.Second
+)
 
 func unavailable(what string, err error) error {
 	return fmt.Errorf("%w: %s: %v", ErrUnavailable, what, err)
@@ -636,9 +641,14 @@ func (s *Session) startMirror() {
 }
 
 func (s *Session) mirror(signals <-chan struct{}) {
-	poll := time.NewTicker(mirrorPoll)
+	poll := time.NewTimer(mirrorPoll)
 	defer poll.Stop()
 	for {
+		if s.log.lastType() == EventPromptEnd {
+			poll.Reset(mirrorIdlePoll)
+		} else {
+			poll.Reset(mirrorPoll)
+		}
 		select {
 		case _, ok := <-signals:
 			if !ok {
