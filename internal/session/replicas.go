@@ -562,16 +562,15 @@ func (s *Session) persistRetryLocked(r Run, stripped int64) {
 // subscribeShared brings this replica's copy of the log up to date, fills in
 // older events when the reader wants them, and keeps the copy fed.
 func (s *Session) subscribeShared(ctx context.Context, after uint64) (*Subscription, error) {
-	if !s.runsHere() {
-		if s.log.lastSeq() == 0 && after > 0 {
+	s.mu.Lock()
+	running, stored := s.running, s.storedSeq
+	s.mu.Unlock()
+	// stored is the newest seq the store held when the session was last
+	// looked up (Get, just before): the copy pulls only when it is behind.
+	if !running && s.log.lastSeq() < stored {
+		if s.log.lastSeq() == 0 && after > 0 && after <= stored {
 			// A first reader from the middle: no need for what came before.
-			last, err := s.m.opts.Shared.LastSeq(ctx, s.id)
-			if err != nil {
-				return nil, unavailable("read events", err)
-			}
-			if after <= last {
-				s.log.jump(after + 1)
-			}
+			s.log.jump(after + 1)
 		}
 		if err := s.pull(ctx); err != nil {
 			return nil, unavailable("read events", err)
