@@ -630,16 +630,22 @@ func (s *Session) startMirror() {
 		return
 	}
 	s.mirroring = true
+	if s.mirrorKick == nil {
+		s.mirrorKick = make(chan struct{}, 1)
+	}
+	kick := s.mirrorKick
 	s.mu.Unlock()
 	signals, stop := s.m.opts.Shared.Follow(s.id)
 	go func() {
 		defer s.m.bg.Done()
 		defer stop()
-		s.mirror(signals)
+		s.mirror(signals, kick)
 	}()
 }
 
-func (s *Session) mirror(signals <-chan struct{}) {
+// kick wakes it when a prompt of this replica's ends: notifications that
+// came while it ran were skipped.
+func (s *Session) mirror(signals <-chan struct{}, kick <-chan struct{}) {
 	poll := time.NewTimer(mirrorPoll)
 	defer poll.Stop()
 	for {
@@ -659,6 +665,7 @@ func (s *Session) mirror(signals <-chan struct{}) {
 				return
 			}
 		case <-poll.C:
+		case <-kick:
 		case <-s.m.baseCtx.Done():
 			s.mu.Lock()
 			s.mirroring = false
@@ -901,4 +908,15 @@ func (s *Session) handOver() {
 		s.m.log.Warn("events not stored", "session", s.id, "err", err)
 	}
 	s.releaseLease()
+}
+
+// kickMirrorLocked wakes the session's mirror, if any, after a prompt of
+// this replica's ended.
+func (s *Session) kickMirrorLocked() {
+	if s.mirrorKick != nil {
+		select {
+		case s.mirrorKick <- struct{}{}:
+		default:
+		}
+	}
 }

@@ -52,6 +52,7 @@ type Session struct {
 	ending     bool       // prompt_end is out; the run is storing its last events
 	handoff    bool       // the run stops, to be resumed by another replica
 	lastUsed   time.Time  // this replica's copy was last looked up (shared store)
+	mirrorKick chan struct{}
 
 	// The running prompt.
 	running    bool
@@ -399,6 +400,7 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string, res *res
 		s.releaseAfterFlush()
 		s.mu.Lock()
 		s.ending = false
+		s.kickMirrorLocked()
 	}
 	s.running, s.cancelRun, s.promptID = false, nil, ""
 	close(s.runDone)
