@@ -67,6 +67,13 @@ type Server struct {
 	// TCP hop for REST and SSE.
 	gwLis *bufconn.Listener
 
+	// The gRPC server's stream interceptors, which the native SSE routes
+	// run too, and its AgentService.
+	streamInterceptors streamChain
+	agent              *agentService
+	sseViaGateway      func(*http.Request) bool // tests: SSE through the gateway
+	noSharedFrames     bool                     // benchmarks: every SSE reader encodes its frames
+
 	draining atomic.Bool
 	drain    context.Context // done when the server drains
 	drained  context.CancelFunc
@@ -82,6 +89,19 @@ type Option func(*Server)
 // affected). Tests use it to expire a cooldown without waiting.
 func WithClock(now func() time.Time) Option {
 	return func(s *Server) { s.now = now }
+}
+
+// withSSEViaGateway serves the SSE requests for which via reports true
+// through the gateway, as before the native routes (tests and benchmarks
+// compare the two).
+func withSSEViaGateway(via func(*http.Request) bool) Option {
+	return func(s *Server) { s.sseViaGateway = via }
+}
+
+// withoutSharedFrames makes every native SSE reader encode its own frames
+// (benchmarks).
+func withoutSharedFrames() Option {
+	return func(s *Server) { s.noSharedFrames = true }
 }
 
 // New builds a server from cfg and binds its listeners (so that port 0
@@ -148,12 +168,14 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		tokens[t.Token] = t.Tenant
 	}
 	auth := newAuthenticator(tokens)
+	s.streamInterceptors = streamChain{grpcMetrics.StreamServerInterceptor(), auth.stream}
 	s.grpcSrv = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), auth.unary),
-		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), auth.stream),
+		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
 	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, time.Duration(cfg.HTTP.TicketTTLMs)*time.Millisecond, s.now)
-	agentdv1.RegisterAgentServiceServer(s.grpcSrv, &agentService{sessions: s.sessions, tickets: s.tickets, drain: s.drain})
+	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, drain: s.drain}
+	agentdv1.RegisterAgentServiceServer(s.grpcSrv, s.agent)
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
@@ -218,7 +240,7 @@ func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
 // Sessions is the session engine (for tests and tools in this module).
 func (s *Server) Sessions() *session.Manager { return s.sessions }
 
-// httpHandler is the HTTP face: the gateway (JSON and SSE), /metrics,
+// httpHandler is the HTTP face: the gateway (JSON), the native SSE routes, /metrics,
 // /healthz and /readyz.
 func (s *Server) httpHandler() (http.Handler, error) {
 	s.gwLis = bufconn.Listen(1 << 20)
@@ -233,9 +255,10 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
+	sse := &sseMarshaler{JSONPb: jsonpb}
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonpb),
-		runtime.WithMarshalerOption(sseContentType, &sseMarshaler{JSONPb: jsonpb}),
+		runtime.WithMarshalerOption(sseContentType, sse),
 		runtime.WithIncomingHeaderMatcher(func(h string) (string, bool) {
 			if http.CanonicalHeaderKey(h) == "Last-Event-Id" {
 				return lastEventIDKey, true
@@ -252,7 +275,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", s.webAPI(gw)) // CORS, stream tickets, SSE heartbeats (web.go)
+	mux.Handle("/v1/", s.webAPI(gw, sse)) // CORS, stream tickets, native SSE, heartbeats (web.go)
 	mountConsole(mux)
 	mux.Handle("GET /metrics", s.metricsHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -149,7 +149,7 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 	sub, err := s.Subscribe(ctx, after)
 	if err != nil {
 		var dropped *session.DroppedError
-		if errors.As(err, &dropped) {
+		if errors.As(err, &dropped) || errors.Is(err, session.ErrUnavailable) {
 			return toStatus(err)
 		}
 		return invalidArg("after_seq", "%v", err)
@@ -159,14 +159,21 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 }
 
 // forward sends events until last reports the final one, the client goes
-// away, the log closes or the server drains.
+// away, the log closes or the server drains. A stream served natively over
+// SSE (sse_stream.go) gets its events as shared SSE frames and its pings
+// from this loop: no goroutine of its own.
 func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], prompt bool, last func(session.Event) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// No goroutine per stream: the drain cancels it through a callback.
 	defer context.AfterFunc(a.drain, cancel)()
+	next := sub.Next
+	sse := sseStreamOf(stream.Context())
+	if sse != nil {
+		next = sse.pinging(sub)
+	}
 	for {
-		e, err := sub.Next(ctx)
+		e, err := next(ctx)
 		switch {
 		case errors.Is(err, session.ErrLogClosed) && prompt:
 			// The session went away before its prompt ended.
@@ -178,7 +185,15 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 		case err != nil:
 			return toStatus(err)
 		}
-		if err := stream.Send(eventToProto(e)); err != nil {
+		if sse != nil {
+			// Through the interceptors' stream (metrics count it) to the
+			// SSE response, which encodes it once for all its readers.
+			sse.ev = e
+			err = stream.SendMsg(&sse.ev)
+		} else {
+			err = stream.Send(eventToProto(e))
+		}
+		if err != nil {
 			return err
 		}
 		if last(e) {

@@ -2,8 +2,8 @@ package server
 
 import (
 	"bytes"
-	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -34,51 +34,84 @@ func (m *sseMarshaler) ContentType(any) string       { return sseContentType }
 func (m *sseMarshaler) StreamContentType(any) string { return sseContentType }
 func (m *sseMarshaler) Delimiter() []byte            { return []byte("\n\n") }
 
+// sseDelimiter ends a frame (Delimiter; read only).
+var sseDelimiter = []byte("\n\n")
+
 // Marshal renders a stream chunk. The gateway hands it
 // {"result": msg} for a message and {"error": status} for an error.
 func (m *sseMarshaler) Marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
 	switch chunk := v.(type) {
 	case map[string]any:
 		if ev, ok := chunk["result"].(*agentdv1.Event); ok {
-			data, err := m.JSONPb.Marshal(ev)
-			if err != nil {
-				return nil, err
-			}
-			fmt.Fprintf(&b, "id: %d\nevent: %s\n", ev.GetSeq(), ev.GetType())
-			writeData(&b, data)
-			return b.Bytes(), nil
+			return m.appendEvent(nil, ev)
 		}
 		data, err := m.JSONPb.Marshal(chunk["result"])
 		if err != nil {
 			return nil, err
 		}
-		writeData(&b, data)
-		return b.Bytes(), nil
+		return appendData(nil, data), nil
 	case map[string]proto.Message:
-		data, err := m.JSONPb.Marshal(chunk["error"])
-		if err != nil {
-			return nil, err
-		}
-		b.WriteString("event: error\n")
-		writeData(&b, data)
-		return b.Bytes(), nil
+		return m.appendError(nil, chunk["error"])
 	default:
 		// Unary answers and errors before a stream starts stay plain JSON.
 		return m.JSONPb.Marshal(v)
 	}
 }
 
-// writeData writes data as SSE data lines (JSON has no raw newlines, but a
-// frame must never be split by one).
-func writeData(b *bytes.Buffer, data []byte) {
-	for i, line := range strings.Split(string(data), "\n") {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString("data: ")
-		b.WriteString(line)
+// appendEvent appends ev's frame, without its delimiter, to dst. The
+// gateway (Marshal) and the native SSE routes (sse_stream.go) both write
+// frames with it, so they write the same bytes.
+func (m *sseMarshaler) appendEvent(dst []byte, ev *agentdv1.Event) ([]byte, error) {
+	dst = append(dst, "id: "...)
+	dst = strconv.AppendUint(dst, ev.GetSeq(), 10)
+	dst = append(dst, "\nevent: "...)
+	dst = append(dst, ev.GetType()...)
+	dst = append(dst, '\n')
+	return m.appendJSONData(dst, ev)
+}
+
+// appendError appends the "event: error" frame of a stream's status, without
+// its delimiter, to dst.
+func (m *sseMarshaler) appendError(dst []byte, st proto.Message) ([]byte, error) {
+	return m.appendJSONData(append(dst, "event: error\n"...), st)
+}
+
+// appendJSONData appends msg's JSON (the JSONPb's options, as its Marshal
+// writes it) as the data lines of a frame.
+func (m *sseMarshaler) appendJSONData(dst []byte, msg proto.Message) ([]byte, error) {
+	dst = append(dst, "data: "...)
+	start := len(dst)
+	dst, err := m.JSONPb.MarshalOptions.MarshalAppend(dst, msg)
+	if err != nil {
+		return nil, err
 	}
+	if bytes.IndexByte(dst[start:], '\n') >= 0 {
+		data := bytes.Clone(dst[start:])
+		dst = appendData(dst[:start-len("data: ")], data)
+	}
+	return dst, nil
+}
+
+// appendData appends data as SSE data lines (JSON has no raw newlines, but
+// a frame must never be split by one).
+func appendData(dst, data []byte) []byte {
+	for i := 0; ; i++ {
+		line, rest, more := bytes.Cut(data, []byte("\n"))
+		if i > 0 {
+			dst = append(dst, '\n')
+		}
+		dst = append(dst, "data: "...)
+		dst = append(dst, line...)
+		if !more {
+			return dst
+		}
+		data = rest
+	}
+}
+
+// writeData writes data as SSE data lines.
+func writeData(b *bytes.Buffer, data []byte) {
+	b.Write(appendData(nil, data))
 }
 
 // wantsSSE reports whether the request asks for an event stream.
@@ -96,9 +129,13 @@ func wantsSSE(r *http.Request) bool {
 func sseHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if wantsSSE(r) {
-			w.Header().Set("Cache-Control", "no-cache")
-			w.Header().Set("X-Accel-Buffering", "no")
+			setSSEHeaders(w.Header())
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func setSSEHeaders(h http.Header) {
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
 }

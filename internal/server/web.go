@@ -34,6 +34,9 @@ import (
 //     the URL it reconnects to;
 //   - POST /v1/sessions/{id}:prompt with Accept: application/json (or
 //     ?stream=false) answers once the prompt is accepted;
+//   - the two event streams, asked for as text/event-stream, are served
+//     natively from the session engine, with the gateway's answers but
+//     without its in-process gRPC call (sse_stream.go);
 //   - SSE responses get a ": ping" comment after http.sse_heartbeat_ms of
 //     silence;
 //   - the console, static files under /console/.
@@ -50,14 +53,25 @@ type webAPI struct {
 	anyOrigin bool
 	origins   map[string]bool
 	next      http.Handler // the gateway, SSE headers set
+
+	// The native SSE routes (sse_stream.go).
+	sse        *sseMarshaler // the gateway's SSE marshaler
+	agent      *agentService
+	intercept  streamChain // the gRPC server's stream interceptors
+	frames     *frameCache
+	viaGateway func(*http.Request) bool // tests and benchmarks: serve r's stream through the gateway
 }
 
-// webAPI wraps the gateway gw for browsers.
-func (s *Server) webAPI(gw *runtime.ServeMux) http.Handler {
+// webAPI wraps the gateway gw for browsers; sse is its SSE marshaler.
+func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
 	hc := s.cfg.HTTP
 	_, jsonOut := runtime.MarshalerForRequest(gw, &http.Request{Header: http.Header{}})
 	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: s.tickets,
-		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{}}
+		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{},
+		sse: sse, agent: s.agent, intercept: s.streamInterceptors, frames: newFrameCache(), viaGateway: s.sseViaGateway}
+	if s.noSharedFrames {
+		a.frames = nil
+	}
 	for _, o := range hc.CORS.AllowedOrigins {
 		if o == "*" {
 			a.anyOrigin = true
@@ -127,6 +141,16 @@ func (a *webAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if start {
 			a.startPrompt(w, r, id)
+			return
+		}
+		if inbound, ok := a.nativeSSE(r); ok {
+			a.servePrompt(w, r, inbound, id)
+			return
+		}
+	}
+	if isEvents {
+		if _, ok := a.nativeSSE(r); ok {
+			a.serveEvents(w, r, eventsID)
 			return
 		}
 	}

@@ -262,6 +262,9 @@ func (s *Subscription) fill(ctx context.Context) error {
 	}
 	wake := l.wake
 	l.mu.Unlock()
+	// A reader that caught up lets its buffer go while it waits: an idle
+	// reader holds no copy of past events.
+	s.buf = nil
 	select {
 	case <-wake:
 		return nil

@@ -1,0 +1,517 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/session"
+)
+
+// Native SSE. POST /v1/sessions/{id}:prompt and GET /v1/sessions/{id}/events
+// asked for as text/event-stream are served here, in the HTTP handler's own
+// goroutine, without the gateway's in-process gRPC call:
+//
+//   - the request is read as the generated gateway handler reads it (the
+//     same runtime functions: AnnotateContext for the metadata, the inbound
+//     marshaler for the prompt's body, PopulateQueryParameters for the
+//     events' query), and refused with the gateway's error handler where the
+//     gateway refuses it;
+//   - the gRPC server's stream interceptors (metrics, then auth: bearer
+//     tokens and stream grants) and the AgentService method run as plain
+//     calls on an sseStream, a grpc.ServerStream that writes SSE frames;
+//   - the service's forward loop pings the stream after
+//     http.sse_heartbeat_ms of silence (no heartbeat goroutine), and hands it
+//     session events, encoded once for all the native SSE readers of a
+//     session on this replica (frameCache);
+//   - what the gRPC hop did to a request or an error is reproduced where it
+//     shows: the status a handler error becomes, the 4 MiB receive limit, the
+//     refusal of a string that is not UTF-8.
+//
+// The wire answer is the gateway's: the same headers, the same status and
+// body for an error before the first event, the same frames, the same
+// "event: error" frame for an error after it.
+
+// The gRPC server's default receive limit, which the gateway's call met.
+const grpcMaxRecvMsgSize = 4 << 20
+
+// nativeRoute is one of the two streaming RPCs served natively.
+type nativeRoute struct {
+	pattern string // the HTTP rule's path pattern
+	info    *grpc.StreamServerInfo
+	handler grpc.StreamHandler // the generated handler: RecvMsg, then the service method
+}
+
+var (
+	promptRoute = nativeRoute{pattern: "/v1/sessions/{session_id}:prompt",
+		info:    &grpc.StreamServerInfo{FullMethod: agentdv1.AgentService_Prompt_FullMethodName, IsServerStream: true},
+		handler: streamHandler("Prompt")}
+	eventsRoute = nativeRoute{pattern: "/v1/sessions/{session_id}/events",
+		info:    &grpc.StreamServerInfo{FullMethod: agentdv1.AgentService_StreamEvents_FullMethodName, IsServerStream: true},
+		handler: streamHandler("StreamEvents")}
+
+	// eventsQueryFilter keeps the path's session_id out of the query, as the
+	// generated gateway handler's filter does.
+	eventsQueryFilter = utilities.NewDoubleArray([][]string{{"session_id"}})
+)
+
+func streamHandler(name string) grpc.StreamHandler {
+	for _, d := range agentdv1.AgentService_ServiceDesc.Streams {
+		if d.StreamName == name {
+			return d.Handler
+		}
+	}
+	panic("agentd.v1.AgentService has no stream " + name)
+}
+
+// streamChain runs a stream handler through interceptors, as
+// grpc.ChainStreamInterceptor does, the first one outermost.
+type streamChain []grpc.StreamServerInterceptor
+
+func (c streamChain) run(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if len(c) == 0 {
+		return h(srv, ss)
+	}
+	return c[0](srv, ss, info, func(srv any, ss grpc.ServerStream) error {
+		return c[1:].run(srv, ss, info, h)
+	})
+}
+
+// nativeSSE reports whether r (a prompt or events route, already checked)
+// is served natively, and its inbound marshaler. The others go to the
+// gateway: the answer is not an event stream there (no Accept value is
+// exactly text/event-stream), or the gateway reads the path or the method
+// in its own way (an escaped path, X-HTTP-Method-Override).
+func (a *webAPI) nativeSSE(r *http.Request) (runtime.Marshaler, bool) {
+	if r.URL.RawPath != "" || r.Header.Get("X-HTTP-Method-Override") != "" {
+		return nil, false
+	}
+	inbound, outbound := runtime.MarshalerForRequest(a.gw, r)
+	if m, ok := outbound.(*sseMarshaler); !ok || m != a.sse {
+		return nil, false
+	}
+	if a.viaGateway != nil && a.viaGateway(r) {
+		return nil, false
+	}
+	return inbound, true
+}
+
+// servePrompt serves POST /v1/sessions/{id}:prompt as an event stream.
+func (a *webAPI) servePrompt(w http.ResponseWriter, r *http.Request, inbound runtime.Marshaler, sessionID string) {
+	a.serveNative(w, r, &promptRoute, func() (proto.Message, error) {
+		var req agentdv1.PromptRequest
+		if err := inbound.NewDecoder(r.Body).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+			return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		}
+		req.SessionId = sessionID
+		return &req, nil
+	}, func(m proto.Message) []string {
+		req := m.(*agentdv1.PromptRequest)
+		return []string{req.GetSessionId(), req.GetText()}
+	})
+}
+
+// serveEvents serves GET /v1/sessions/{id}/events as an event stream.
+func (a *webAPI) serveEvents(w http.ResponseWriter, r *http.Request, sessionID string) {
+	a.serveNative(w, r, &eventsRoute, func() (proto.Message, error) {
+		req := &agentdv1.StreamEventsRequest{SessionId: sessionID}
+		if err := r.ParseForm(); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		}
+		if err := runtime.PopulateQueryParameters(req, r.Form, eventsQueryFilter); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		}
+		return req, nil
+	}, func(m proto.Message) []string {
+		return []string{m.(*agentdv1.StreamEventsRequest).GetSessionId()}
+	})
+}
+
+// serveNative is the generated gateway handler and runtime.ForwardResponseStream
+// of route, with the service called in place of the gRPC client. read reads
+// the request; strs lists its string fields.
+func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error), strs func(proto.Message) []string) {
+	setSSEHeaders(w.Header()) // as sseHeaders
+	// r's context ends when this handler returns: no cancel of its own
+	// (the gateway's was for its gRPC call).
+	ctx := r.Context()
+	actx, err := runtime.AnnotateContext(ctx, a.gw, r, route.info.FullMethod, runtime.WithHTTPPathPattern(route.pattern))
+	if err != nil {
+		runtime.HTTPError(ctx, a.gw, a.sse, w, r, err)
+		return
+	}
+	actx = runtime.NewServerMetadataContext(actx, runtime.ServerMetadata{})
+	req, err := read()
+	if err == nil {
+		if r.Body != nil {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}
+		// The gateway's gRPC client refused to send a request it could not
+		// encode; proto strings must be UTF-8.
+		for _, s := range strs(req) {
+			if !utf8.ValidString(s) {
+				if _, merr := proto.Marshal(req); merr != nil {
+					err = status.Errorf(codes.Internal, "grpc: error while marshaling: %v", merr.Error())
+				}
+				break
+			}
+		}
+	}
+	if err != nil {
+		runtime.HTTPError(actx, a.gw, a.sse, w, r, err)
+		return
+	}
+
+	// What the service sees: the gateway's metadata as incoming metadata, and
+	// its deadline (Grpc-Timeout); no outgoing metadata.
+	sctx := ctx
+	if d, ok := actx.Deadline(); ok {
+		var cancelDeadline context.CancelFunc
+		sctx, cancelDeadline = context.WithDeadline(sctx, d)
+		defer cancelDeadline()
+	}
+	if md, ok := metadata.FromOutgoingContext(actx); ok {
+		sctx = metadata.NewIncomingContext(sctx, md)
+	}
+	// runtime.ForwardResponseStream sets it before reading the stream: an
+	// error before the first event is sent chunked too.
+	w.Header().Set("Transfer-Encoding", "chunked")
+	s := &sseStream{w: w, rc: http.NewResponseController(w), m: a.sse, req: req,
+		heartbeat: a.heartbeat, last: time.Now(), frames: a.frames}
+	s.ctx = context.WithValue(sctx, sseStreamKey{}, s)
+	defer func() { s.shared.leave() }() // joined on the first event
+	err = a.intercept.run(a.agent, s, route.info, route.handler)
+	s.finish(err)
+}
+
+type sseStreamKey struct{}
+
+// sseStreamOf returns the native SSE stream a service call writes to, or nil
+// (a gRPC call).
+func sseStreamOf(ctx context.Context) *sseStream {
+	s, _ := ctx.Value(sseStreamKey{}).(*sseStream)
+	return s
+}
+
+// sseStream is the grpc.ServerStream of a streaming RPC served natively: it
+// hands the handler its request and writes what it sends as SSE frames. It
+// is used by the HTTP handler's goroutine only.
+type sseStream struct {
+	ctx       context.Context
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	m         *sseMarshaler
+	req       proto.Message // until RecvMsg takes it
+	heartbeat time.Duration
+	frames    *frameCache
+
+	committed bool      // the status line and headers are sent
+	last      time.Time // of the last write
+	buf       []byte    // the frames of a reader that shares none
+	ev        session.Event
+	shared    *sessionFrames // joined on the first event
+}
+
+var _ grpc.ServerStream = (*sseStream)(nil)
+
+func (s *sseStream) Context() context.Context     { return s.ctx }
+func (s *sseStream) SetHeader(metadata.MD) error  { return nil }
+func (s *sseStream) SendHeader(metadata.MD) error { return nil }
+func (s *sseStream) SetTrailer(metadata.MD)       {}
+
+// RecvMsg hands over the request once, as the gRPC server would have
+// received it.
+func (s *sseStream) RecvMsg(m any) error {
+	req := s.req
+	if req == nil {
+		return io.EOF
+	}
+	s.req = nil
+	if n := proto.Size(req); n > grpcMaxRecvMsgSize {
+		return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, grpcMaxRecvMsgSize)
+	}
+	dst, ok := m.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "sse: cannot receive into %T", m)
+	}
+	proto.Merge(dst, req)
+	return nil
+}
+
+// SendMsg writes one event's frame: a *session.Event from forward (shared
+// frames), or an *agentdv1.Event.
+func (s *sseStream) SendMsg(m any) error {
+	var frame []byte
+	var err error
+	switch ev := m.(type) {
+	case *session.Event:
+		frame, err = s.sessionFrame(ev)
+	case *agentdv1.Event:
+		frame, err = s.frame(s.buf[:0], ev)
+		s.buf = frame
+	default:
+		return status.Errorf(codes.Internal, "sse: cannot send %T", m)
+	}
+	if err != nil {
+		return err
+	}
+	if !s.committed {
+		// As runtime.ForwardResponseStream on the first message, with the
+		// gRPC response's header metadata that the gateway forwarded.
+		h := s.w.Header()
+		h.Set("Grpc-Metadata-Content-Type", "application/grpc")
+		h.Set("Content-Type", sseContentType)
+		s.committed = true
+	}
+	return s.write(frame, true)
+}
+
+// sessionFrame returns e's frame, shared with the session's other native
+// SSE readers when it has some.
+func (s *sseStream) sessionFrame(e *session.Event) ([]byte, error) {
+	if s.shared == nil && s.frames != nil {
+		s.shared = s.frames.join(e.SessionID)
+	}
+	if f := s.shared.lookup(e); f != nil {
+		return f, nil
+	}
+	if !s.shared.active() {
+		frame, err := s.frame(s.buf[:0], eventToProto(*e))
+		s.buf = frame
+		return frame, err
+	}
+	frame, err := s.frame(nil, eventToProto(*e))
+	if err == nil {
+		s.shared.store(e, frame)
+	}
+	return frame, err
+}
+
+// frame appends ev's frame and its delimiter to dst.
+func (s *sseStream) frame(dst []byte, ev *agentdv1.Event) ([]byte, error) {
+	frame, err := s.m.appendEvent(dst, ev)
+	if err != nil {
+		// The gRPC server refused to encode it first (a string that is not
+		// UTF-8), with this error.
+		if _, perr := proto.Marshal(ev); perr != nil {
+			return nil, status.Errorf(codes.Internal, "grpc: error while marshaling: %v", perr.Error())
+		}
+		return nil, err
+	}
+	return append(frame, sseDelimiter...), nil
+}
+
+// write writes and flushes p. A frame's delimiter is written on its own, as
+// the gateway wrote it: a frame longer than net/http's chunk buffer goes out
+// as the same two chunks.
+func (s *sseStream) write(p []byte, frame bool) error {
+	if frame {
+		n := len(p) - len(sseDelimiter)
+		if _, err := s.w.Write(p[:n]); err != nil {
+			return clientGone(err)
+		}
+		p = p[n:]
+	}
+	if _, err := s.w.Write(p); err != nil {
+		return clientGone(err)
+	}
+	if err := s.rc.Flush(); err != nil {
+		return clientGone(err)
+	}
+	s.last = time.Now()
+	return nil
+}
+
+// clientGone is a failed write: the client went away (the gRPC stream of
+// the gateway ended as Canceled then).
+func clientGone(err error) error {
+	return fmt.Errorf("sse: %w: %w", context.Canceled, err)
+}
+
+// ping writes a heartbeat comment; the first one sends the headers, as
+// heartbeatWriter does.
+func (s *sseStream) ping() error {
+	if !s.committed {
+		s.w.Header().Set("Content-Type", sseContentType)
+		s.w.WriteHeader(http.StatusOK)
+		s.committed = true
+	}
+	return s.write([]byte(": ping\n\n"), false)
+}
+
+// pinging returns sub.Next for forward: while it waits, the stream is pinged
+// after each heartbeat interval of silence. The wait's deadline is re-armed
+// only when it passes (at most once per interval), not per event.
+//
+// No timer writes: the wait is a context deadline (its timer only cancels
+// the wait), and the ping is written here, by the handler's goroutine. The
+// wait derives from ctx, so it ends with forward at the latest.
+func (s *sseStream) pinging(sub *session.Subscription) func(context.Context) (session.Event, error) {
+	var wait context.Context
+	var stop context.CancelFunc
+	return func(ctx context.Context) (session.Event, error) {
+		for {
+			if wait == nil {
+				wait, stop = context.WithDeadline(ctx, s.last.Add(s.heartbeat))
+			}
+			e, err := sub.Next(wait)
+			if err == nil {
+				return e, nil
+			}
+			timedOut := errors.Is(err, context.DeadlineExceeded) && wait.Err() != nil && ctx.Err() == nil
+			stop()
+			wait = nil
+			if !timedOut {
+				return e, err
+			}
+			// The wait passed its deadline; it may be stale (a frame was
+			// written since it was armed): ping only after a full interval
+			// of silence.
+			if time.Since(s.last) >= s.heartbeat {
+				if err := s.ping(); err != nil {
+					return session.Event{}, err
+				}
+			}
+		}
+	}
+}
+
+// finish ends the response after the handler returned err, as
+// runtime.ForwardResponseStream does with the stream's end or error.
+func (s *sseStream) finish(err error) {
+	if err == nil {
+		return
+	}
+	// The status the gRPC server made of the handler's error.
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	if !s.committed {
+		s.w.Header().Set("Content-Type", sseContentType)
+		s.w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
+		s.committed = true
+	}
+	frame, merr := s.m.appendError(s.buf[:0], st.Proto())
+	if merr != nil {
+		return
+	}
+	if _, err := s.w.Write(frame); err == nil {
+		_, _ = s.w.Write(sseDelimiter)
+	}
+}
+
+// frameCache shares encoded event frames between the native SSE readers of
+// a session on this replica: with n readers an event is encoded once, not n
+// times. A session's frames are kept only while it has two readers or more.
+type frameCache struct {
+	mu       sync.Mutex
+	sessions map[string]*sessionFrames
+}
+
+// frameSlots is how many recent events a session's cache holds: readers of
+// a live stream are a few events apart, a burst may spread them further.
+const frameSlots = 64
+
+type sessionFrames struct {
+	cache   *frameCache
+	id      string
+	readers atomic.Int32 // written under cache.mu
+
+	mu    sync.Mutex
+	slots *[frameSlots]cachedFrame // while there are two readers or more
+}
+
+type cachedFrame struct {
+	ev    session.Event // the event the frame is of: a slot serves an equal event only
+	frame []byte
+}
+
+func newFrameCache() *frameCache {
+	return &frameCache{sessions: map[string]*sessionFrames{}}
+}
+
+// join registers a reader of sessionID's events.
+func (c *frameCache) join(sessionID string) *sessionFrames {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sf := c.sessions[sessionID]
+	if sf == nil {
+		sf = &sessionFrames{cache: c, id: sessionID}
+		c.sessions[sessionID] = sf
+	}
+	sf.readers.Add(1)
+	return sf
+}
+
+// leave unregisters a reader; the frames go with the next to last.
+func (sf *sessionFrames) leave() {
+	if sf == nil {
+		return
+	}
+	c := sf.cache
+	c.mu.Lock()
+	n := sf.readers.Add(-1)
+	if n == 0 {
+		delete(c.sessions, sf.id)
+	}
+	c.mu.Unlock()
+	if n <= 1 {
+		sf.mu.Lock()
+		sf.slots = nil
+		sf.mu.Unlock()
+	}
+}
+
+// active reports whether frames are shared: two readers or more.
+func (sf *sessionFrames) active() bool {
+	return sf != nil && sf.readers.Load() > 1
+}
+
+// lookup returns e's shared frame, or nil.
+func (sf *sessionFrames) lookup(e *session.Event) []byte {
+	if !sf.active() {
+		return nil
+	}
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.slots == nil {
+		return nil
+	}
+	if c := &sf.slots[e.Seq%frameSlots]; c.frame != nil && c.ev == *e {
+		return c.frame
+	}
+	return nil
+}
+
+// store keeps e's frame for the other readers.
+func (sf *sessionFrames) store(e *session.Event, frame []byte) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if !sf.active() {
+		return
+	}
+	if sf.slots == nil {
+		sf.slots = new([frameSlots]cachedFrame)
+	}
+	c := &sf.slots[e.Seq%frameSlots]
+	if c.frame != nil && c.ev.Seq > e.Seq {
+		return // a late reader does not evict a newer event
+	}
+	c.ev, c.frame = *e, frame
+}
