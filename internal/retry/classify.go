@@ -1,8 +1,8 @@
 package retry
 
 import (
-	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -180,8 +180,9 @@ const DefaultUsageWindow = 30 * time.Minute
 // KiB is examined at its first 48 KiB and last 16 KiB. Classify never panics
 // and is safe for concurrent use.
 func Classify(f Failure, now time.Time) Verdict {
-	hint, hasHint := ParseHint(f.Headers, f.ErrorMessage, now)
-	c := newFacts(f)
+	msg := prepareMessage(f.ErrorMessage, true)
+	hdrs := viewHeaders(f.Headers)
+	hint, hasHint := parseHint(hdrs, msg, now)
 	v := Verdict{Hint: hint, HasHint: hasHint}
 	done := func(class Class, reason string) Verdict {
 		v.Class, v.Underlying, v.Retryable, v.Reason = class, class, class.Retryable(), reason
@@ -189,14 +190,15 @@ func Classify(f Failure, now time.Time) Verdict {
 	}
 
 	if f.ContextWindow > 0 && f.InputTokens > f.ContextWindow {
-		return done(ClassContextOverflow, fmt.Sprintf("silent overflow: %d input tokens > context window %d", f.InputTokens, f.ContextWindow))
+		return done(ClassContextOverflow, "silent overflow: "+strconv.Itoa(f.InputTokens)+" input tokens > context window "+strconv.Itoa(f.ContextWindow))
 	}
 	if f.StopReason != "error" {
 		if f.StopReason == "aborted" {
 			return done(ClassNotRetryable, `stop reason "aborted": deliberate aborts are not retried (reasonless aborts: IsReasonlessAbort)`)
 		}
-		return done(ClassNotRetryable, fmt.Sprintf("stop reason %q is not \"error\"", f.StopReason))
+		return done(ClassNotRetryable, "stop reason "+quote(f.StopReason)+` is not "error"`)
 	}
+	c := newFacts(f, msg, hdrs)
 	if reason, ok := c.overflow(); ok {
 		return done(ClassContextOverflow, reason+" (context overflow is handled by compaction, never retried)")
 	}
@@ -204,7 +206,7 @@ func Classify(f Failure, now time.Time) Verdict {
 		return done(ClassNotRetryable, "empty error message")
 	}
 	if isRefusal(f.StopDetails) {
-		return done(ClassRefusal, fmt.Sprintf("classifier refusal (stopDetails %q): retried only on a fallback model", strings.ToLower(strings.TrimSpace(f.StopDetails))))
+		return done(ClassRefusal, "classifier refusal (stopDetails "+quote(strings.ToLower(strings.TrimSpace(f.StopDetails)))+"): retried only on a fallback model")
 	}
 
 	var class Class
@@ -221,7 +223,7 @@ func Classify(f Failure, now time.Time) Verdict {
 
 	v = done(class, reason)
 	if class == ClassUsageLimit || class == ClassTransient {
-		lr := limitReasonOf(c.words, c.lower)
+		lr := c.limitReason()
 		if class == ClassUsageLimit {
 			if hasHint {
 				v.UsageWindow = hint
@@ -250,24 +252,37 @@ func isRefusal(stopDetails string) bool {
 // facts is a Failure prepared for the pattern families.
 type facts struct {
 	f     Failure
-	words string // words(ErrorMessage)
-	lower string // strings.ToLower(ErrorMessage)
-	code  string // codeKey(ErrorCode)
-	typ   string // codeKey(ErrorType)
+	hdrs  headerView
+	words subject // words(message), scanned by the literal index
+	lower string  // strings.ToLower(message)
+	code  string  // codeKey(ErrorCode)
+	typ   string  // codeKey(ErrorType)
 	// status is Failure.Status, or a three-digit ErrorCode (Azure writes
 	// "429") when Status is unknown.
 	status int
 	// textStatus is the status written in the message when Status is unknown
 	// or 2xx (an in-stream error after a 200), else Status.
 	textStatus int
+
+	// Computed on first use: limitReasonOf and accountRateLimited of the
+	// message (both may be asked for twice), and the message's standalone
+	// three-digit numbers (numbers[:numbersLen], in order; when there are more
+	// than fit, numbersLen is -1 and each question scans the text).
+	reason       limitReason
+	reasonKnown  bool
+	account      bool
+	accountKnown bool
+	numbers      [8]int
+	numbersLen   int
+	numbersKnown bool
 }
 
-func newFacts(f Failure) facts {
-	msg := clip(f.ErrorMessage)
+func newFacts(f Failure, msg message, hdrs headerView) facts {
 	c := facts{
 		f:      f,
-		words:  words(msg),
-		lower:  strings.ToLower(msg),
+		hdrs:   hdrs,
+		words:  msg.words,
+		lower:  msg.lower.s,
 		code:   codeKey(f.ErrorCode),
 		typ:    codeKey(f.ErrorType),
 		status: f.Status,
@@ -279,7 +294,7 @@ func newFacts(f Failure) facts {
 	}
 	c.textStatus = c.status
 	if c.status < 300 {
-		c.textStatus = statusFromText(msg)
+		c.textStatus = statusFromLower(msg.clipped, &msg.lower)
 	}
 	return c
 }
@@ -288,17 +303,91 @@ func newFacts(f Failure) facts {
 // "rate_limit_reached" and "RATE_LIMIT_REACHED" all become
 // "rate_limit_reached".
 func codeKey(s string) string {
-	return strings.ReplaceAll(strings.TrimSpace(words(strings.TrimSpace(s))), " ", "_")
+	s = strings.TrimSpace(s)
+	if isPlainCode(s) {
+		return s // what the general case gives, without its allocations
+	}
+	return strings.ReplaceAll(strings.TrimSpace(words(s)), " ", "_")
 }
 
-func (c facts) hasCode(set map[string]bool) (string, bool) {
+// isPlainCode reports whether s is ASCII without upper-case letters and
+// spaces: codeKey leaves such a code (after trimming) as it is.
+func isPlainCode(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 0x80 || isUpper(c) || c == ' ' {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *facts) hasCode(set map[string]bool) (string, bool) {
 	if c.code != "" && set[c.code] {
-		return fmt.Sprintf("error code %q", c.code), true
+		return "error code " + quote(c.code), true
 	}
 	if c.typ != "" && set[c.typ] {
-		return fmt.Sprintf("error type %q", c.typ), true
+		return "error type " + quote(c.typ), true
 	}
 	return "", false
+}
+
+// standaloneNumber is firstStandaloneNumber(the lower-case message, codes...),
+// with one pass over the text for all questions.
+func (c *facts) standaloneNumber(codes ...int) (int, bool) {
+	if !c.numbersKnown {
+		c.numbersKnown = true
+		standaloneNumbers(c.lower, func(n int) bool {
+			if c.numbersLen == len(c.numbers) {
+				c.numbersLen = -1
+				return true
+			}
+			c.numbers[c.numbersLen] = n
+			c.numbersLen++
+			return false
+		})
+	}
+	if c.numbersLen < 0 {
+		return firstStandaloneNumber(c.lower, codes...)
+	}
+	for _, n := range c.numbers[:c.numbersLen] {
+		if slices.Contains(codes, n) {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// hasStandaloneNumber is hasStandaloneNumber(the lower-case message, codes...).
+func (c *facts) hasStandaloneNumber(codes ...int) bool {
+	_, ok := c.standaloneNumber(codes...)
+	return ok
+}
+
+// quote is strconv.Quote, without its work in the usual case: printable
+// ASCII without '"' and '\\' is quoted as it is.
+func quote(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return strconv.Quote(s)
+		}
+	}
+	return `"` + s + `"`
+}
+
+// limitReason is limitReasonOf(the message), computed once.
+func (c *facts) limitReason() limitReason {
+	if !c.reasonKnown {
+		c.reason, c.reasonKnown = limitReasonOf(c), true
+	}
+	return c.reason
+}
+
+// accountRateLimited is accountRateLimited(the message), computed once.
+func (c *facts) accountRateLimited() bool {
+	if !c.accountKnown {
+		c.account, c.accountKnown = accountRateLimited(&c.words), true
+	}
+	return c.account
 }
 
 // overflowCodes are structured context-overflow signals.
@@ -309,25 +398,21 @@ var overflowCodes = map[string]bool{
 	"request_too_large":             true,
 }
 
-func (c facts) overflow() (string, bool) {
+func (c *facts) overflow() (string, bool) {
 	if r, ok := c.hasCode(overflowCodes); ok {
 		return r, true
 	}
 	if c.status == http.StatusRequestEntityTooLarge {
 		return "HTTP status 413", true
 	}
-	if m, ok := overflowStrongRE.find(c.words); ok {
-		return fmt.Sprintf("text matches %q", m), true
+	if m, ok := overflowStrongRE.find(&c.words); ok {
+		return "text matches " + quote(m), true
 	}
-	for _, g := range overflowGapped {
-		if strings.Contains(c.words, g.literal) {
-			if m := g.re.FindString(c.words); m != "" {
-				return fmt.Sprintf("text matches %q", m), true
-			}
-		}
+	if m, ok := overflowGapped.find(&c.words); ok {
+		return "text matches " + quote(m), true
 	}
-	if m, ok := overflowWeakRE.find(c.words); ok && c.textStatus != http.StatusTooManyRequests && !throttleRE.match(c.words) {
-		return fmt.Sprintf("text matches %q", m), true
+	if m, ok := overflowWeakRE.find(&c.words); ok && c.textStatus != http.StatusTooManyRequests && !throttleRE.match(&c.words) {
+		return "text matches " + quote(m), true
 	}
 	return "", false
 }
@@ -339,19 +424,19 @@ var responsesAPIs = map[string]bool{
 	"azure-openai-responses": true,
 }
 
-func (c facts) stale() (string, bool) {
+func (c *facts) stale() (string, bool) {
 	if c.code == "previous_response_not_found" {
 		return `error code "previous_response_not_found": stale Responses replay`, true
 	}
 	if !responsesAPIs[strings.ToLower(strings.TrimSpace(c.f.API))] {
 		return "", false
 	}
-	if m, ok := staleItemRE.find(c.words); ok {
-		return fmt.Sprintf("stale Responses replay: text matches %q", m), true
+	if m, ok := staleItemRE.find(&c.words); ok {
+		return "stale Responses replay: text matches " + quote(m), true
 	}
-	if loc := stalePrevRE.FindStringIndex(c.words); loc != nil {
-		if d := staleDetailRE.FindString(c.words); d != "" {
-			return fmt.Sprintf("stale Responses replay: %q with %q", c.words[loc[0]:loc[1]], d), true
+	if start, end, ok := stalePrevRE.findIn(&c.words); ok {
+		if ds, de, ok := staleDetailRE.findIn(&c.words); ok && de > ds {
+			return "stale Responses replay: " + quote(c.words.s[start:end]) + " with " + quote(c.words.s[ds:de]), true
 		}
 	}
 	return "", false
@@ -386,33 +471,33 @@ var rateLimitCodes = map[string]bool{
 	"too_many_requests":   true,
 }
 
-func (c facts) usage(hint time.Duration, hasHint bool) (string, bool) {
+func (c *facts) usage(hint time.Duration, hasHint bool) (string, bool) {
 	if r, ok := c.hasCode(usageCodes); ok {
 		return r, true
 	}
 	if c.status == http.StatusPaymentRequired {
 		return "HTTP status 402", true
 	}
-	if strings.EqualFold(strings.TrimSpace(headerValue(c.f.Headers, "anthropic-ratelimit-unified-status")), "rejected") {
+	if strings.EqualFold(strings.TrimSpace(c.hdrs.get(hdrUnifiedStatus)), "rejected") {
 		return "anthropic-ratelimit-unified-status: rejected (subscription window drained)", true
 	}
-	if m, ok := usageRE.find(c.words); ok {
-		return fmt.Sprintf("usage limit: text matches %q", m), true
+	if m, ok := usageRE.find(&c.words); ok {
+		return "usage limit: text matches " + quote(m), true
 	}
-	if accountRateLimited(c.words) {
+	if c.accountRateLimited() {
 		return "account-level rate limit (usage limit)", true
 	}
 	is429 := c.textStatus == http.StatusTooManyRequests || c.status == http.StatusTooManyRequests
-	if isOpaque(c.lower) && (is429 || hasStandaloneNumber(c.lower, http.StatusTooManyRequests)) {
+	if isOpaque(c.lower) && (is429 || c.hasStandaloneNumber(http.StatusTooManyRequests)) {
 		return "opaque 429 (no explanation in the body)", true
 	}
-	if is429 && limitReasonOf(c.words, c.lower) == reasonQuota {
+	if is429 && c.limitReason() == reasonQuota {
 		return "429 with quota wording", true
 	}
 	if hasHint && hint >= LongRateLimitHint {
 		_, coded := c.hasCode(rateLimitCodes)
-		if is429 || coded || reasonRateRE.match(c.words) {
-			return fmt.Sprintf("rate limited with a %s hint (a usage window, not throttling)", hint), true
+		if is429 || coded || reasonRateRE.match(&c.words) {
+			return "rate limited with a " + hint.String() + " hint (a usage window, not throttling)", true
 		}
 	}
 	return "", false
@@ -444,39 +529,30 @@ var transientCodes = map[string]bool{
 	"upstream_error":            true,
 }
 
-func (c facts) transient() (string, bool) {
+func (c *facts) transient() (string, bool) {
 	if r, ok := c.hasCode(transientCodes); ok {
 		return r, true
 	}
 	switch s := c.status; {
 	case s == http.StatusRequestTimeout, s == http.StatusTooManyRequests:
-		return fmt.Sprintf("HTTP status %d", s), true
+		return "HTTP status " + strconv.Itoa(s), true
 	case s >= 500 && s <= 599 && s != http.StatusNotImplemented && s != http.StatusHTTPVersionNotSupported:
-		return fmt.Sprintf("HTTP status %d", s), true
+		return "HTTP status " + strconv.Itoa(s), true
 	}
-	if c.textStatus == http.StatusBadRequest && strings.Contains(c.words, "model_not_supported") {
+	if c.textStatus == http.StatusBadRequest && strings.Contains(c.words.s, "model_not_supported") {
 		return "model_not_supported on 400 (Copilot flap)", true
 	}
-	if anthropicEnvelopeRE.MatchString(c.words) && beforeMessageStartRE.MatchString(c.words) {
+	if anthropicEnvelopeRE.matchIn(&c.words) && beforeMessageStartRE.matchIn(&c.words) {
 		return "Anthropic stream envelope error before message_start", true
 	}
-	if m, ok := transientRE.find(c.words); ok {
-		return fmt.Sprintf("text matches %q", m), true
+	if m, ok := transientRE.find(&c.words); ok {
+		return "text matches " + quote(m), true
 	}
 	// A known 4xx status (other than 408/429) outranks numbers in the text:
 	// "max_tokens: 503 is too small" on a 400 is not a server error.
 	if !(c.status >= 400 && c.status < 500) {
-		var found int
-		if standaloneNumbers(c.lower, func(n int) bool {
-			for _, t := range transientStatusNumbers {
-				if n == t {
-					found = n
-					return true
-				}
-			}
-			return false
-		}) {
-			return fmt.Sprintf("status %d in text", found), true
+		if n, ok := c.standaloneNumber(transientStatusNumbers...); ok {
+			return "status " + strconv.Itoa(n) + " in text", true
 		}
 	}
 	return "", false
@@ -484,9 +560,13 @@ func (c facts) transient() (string, bool) {
 
 // accountRateLimited reports an account-level rate limit (a usage limit)
 // that is not explicitly per-minute throttling.
-func accountRateLimited(w string) bool {
-	return strings.Contains(w, "account") && accountNearRateLimit(w) && !perMinuteRE.match(w)
+func accountRateLimited(w *subject) bool {
+	return accountRE.matchIn(w) && accountNearRateLimit(w.s) && !perMinuteRE.match(w)
 }
+
+// accountRE is the literal an account-level rate limit needs: matched
+// through the literal index, it spares most messages accountNearRateLimit.
+var accountRE = guard(`account`)
 
 // limitReason is the reference's parseRateLimitReason result.
 type limitReason int
@@ -499,13 +579,14 @@ const (
 	reasonServer
 )
 
-func limitReasonOf(w, lower string) limitReason {
+func limitReasonOf(c *facts) limitReason {
+	w := &c.words
 	switch {
 	case reasonQuotaFirstRE.match(w):
 		return reasonQuota
-	case reasonCapacityRE.match(w), hasStandaloneNumber(lower, 529, 503):
+	case reasonCapacityRE.match(w), c.hasStandaloneNumber(529, 503):
 		return reasonCapacity
-	case accountRateLimited(w):
+	case c.accountRateLimited():
 		return reasonQuota
 	case reasonPerDayRE.match(w):
 		return reasonQuota
@@ -513,7 +594,7 @@ func limitReasonOf(w, lower string) limitReason {
 		return reasonRate
 	case reasonQuotaRE.match(w):
 		return reasonQuota
-	case reasonServerRE.match(w), hasStandaloneNumber(lower, 500):
+	case reasonServerRE.match(w), c.hasStandaloneNumber(500):
 		return reasonServer
 	}
 	return reasonUnknown

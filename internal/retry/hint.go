@@ -3,6 +3,7 @@ package retry
 import (
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,13 +50,153 @@ const MaxHint = 7*24*time.Hour + time.Hour
 // case-insensitively. A message longer than 64 KiB is read at its first 48
 // KiB and last 16 KiB.
 func ParseHint(h http.Header, message string, now time.Time) (time.Duration, bool) {
+	return parseHint(viewHeaders(h), prepareMessage(message, false), now)
+}
+
+// parseHint is ParseHint on prepared headers and message.
+func parseHint(h headerView, msg message, now time.Time) (time.Duration, bool) {
 	if d, ok := hintFromRetryHeaders(h, now); ok {
 		return d, true
 	}
-	if d, ok := hintFromMessage(message, now); ok {
+	if d, ok := hintFromMessage(msg, now); ok {
 		return d, true
 	}
 	return hintFromBucketResets(h, now)
+}
+
+// headerView is a header map prepared for look-ups by lower-case name, by
+// headerValue's rules: the canonical key's first non-empty value, else the
+// first non-empty value among the other keys equal to the name up to case, in
+// sorted order.
+//
+// Why it exists: headerValue canonicalises the name, which allocates, and
+// when the canonical key has no value, as for most of the names a hint is
+// looked for under, it compares every key of the map with strings.EqualFold.
+// Here the names come canonicalised, and when every key is ASCII (as in the
+// maps net/http builds) only a key of the name's length can equal it up to
+// case, so keyLens usually answers at once. (EqualFold folds two non-ASCII
+// letters into ASCII ones, the Kelvin sign and the long s: a map with a
+// non-ASCII key takes headerValue's way.)
+type headerView struct {
+	h         http.Header
+	asciiKeys bool
+	keyLens   uint64 // bit lenBit(n) is set when some key has n bytes
+}
+
+func viewHeaders(h http.Header) headerView {
+	var lens uint64
+	var or byte // of every byte of every key
+	for k := range h {
+		lens |= lenBit(len(k))
+		for _, c := range []byte(k) {
+			or |= c
+		}
+	}
+	return headerView{h: h, asciiKeys: or < 0x80, keyLens: lens}
+}
+
+// lenBit is the keyLens bit of length n (lengths from 63 on share one).
+func lenBit(n int) uint64 { return 1 << min(n, 63) }
+
+// get is headerValue(h, name.lower).
+func (v headerView) get(name headerName) string {
+	if !v.asciiKeys {
+		return headerValue(v.h, name.lower)
+	}
+	if s := firstValue(v.h[name.canonical]); s != "" {
+		return s
+	}
+	return v.otherSpelling(name.lower)
+}
+
+// otherSpelling is headerValue's second step for a map of ASCII keys: the
+// keys equal to name up to case (the canonical one included: its values
+// are empty), in sorted order.
+func (v headerView) otherSpelling(name string) string {
+	if v.keyLens&lenBit(len(name)) == 0 {
+		return ""
+	}
+	var keys []string
+	for k := range v.h {
+		if len(k) == len(name) && strings.EqualFold(k, name) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if s := firstValue(v.h[k]); s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// getBytes is get for a lower-case name built in a byte slice, which it
+// does not keep: the canonical form is built on the stack too, so that a
+// look-up allocates nothing (other than when a key of the name's length
+// could be another spelling of it).
+func (v headerView) getBytes(name []byte) string {
+	var buf [128]byte
+	canonical, ok := canonicalToken(buf[:0], name)
+	if !v.asciiKeys || !ok {
+		return headerValue(v.h, string(name))
+	}
+	if s := firstValue(v.h[string(canonical)]); s != "" {
+		return s
+	}
+	if v.keyLens&lenBit(len(name)) == 0 {
+		return ""
+	}
+	return v.otherSpelling(string(name))
+}
+
+// canonicalToken appends to dst http.CanonicalHeaderKey(name) for a name made
+// of lower-case ASCII letters, digits and '-' (upper case at the start and
+// after each '-'); ok is false for any other name.
+func canonicalToken(dst, name []byte) (_ []byte, ok bool) {
+	upper := true
+	for _, c := range name {
+		switch {
+		case c == '-':
+		case isDigit(c):
+		case isLower(c):
+			if upper {
+				c -= 'a' - 'A'
+			}
+		default:
+			return dst, false
+		}
+		dst = append(dst, c)
+		upper = c == '-'
+	}
+	return dst, len(name) > 0
+}
+
+// headerName is a header name in lower case and in canonical form.
+type headerName struct{ lower, canonical string }
+
+func newHeaderName(lower string) headerName {
+	return headerName{lower: lower, canonical: http.CanonicalHeaderKey(lower)}
+}
+
+var (
+	hdrRetryAfterMs        = newHeaderName("retry-after-ms")
+	hdrMsRetryAfterMs      = newHeaderName("x-ms-retry-after-ms")
+	hdrRetryAfter          = newHeaderName("retry-after")
+	hdrRateLimitResetMs    = newHeaderName("x-ratelimit-reset-ms")
+	hdrRateLimitReset      = newHeaderName("x-ratelimit-reset")
+	hdrRateLimitResetAfter = newHeaderName("x-ratelimit-reset-after")
+	hdrUnifiedStatus       = newHeaderName("anthropic-ratelimit-unified-status")
+)
+
+// firstValue is the first non-empty value of vs, trimmed.
+func firstValue(vs []string) string {
+	for _, v := range vs {
+		if v = strings.TrimSpace(v); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // headerValue returns the first non-empty value of the header name, matched
@@ -87,13 +228,11 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-var plainNumberRE = guard(`^\d+(?:\.\d+)?$`)
-
 // parseNumber parses a plain non-negative decimal ("20", "1.5"); no signs,
 // exponents, hex, Inf or NaN.
 func parseNumber(s string) (float64, bool) {
 	s = strings.TrimSpace(s)
-	if !plainNumberRE.MatchString(s) {
+	if !isPlainNumber(s) {
 		return 0, false
 	}
 	v, err := strconv.ParseFloat(s, 64)
@@ -101,6 +240,27 @@ func parseNumber(s string) (float64, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// isPlainNumber reports whether s matches ^\d+(?:\.\d+)?$: digits,
+// optionally a point and more digits (checked by hand: it runs for every
+// header value and spoken number).
+func isPlainNumber(s string) bool {
+	i := 0
+	for i < len(s) && isDigit(s[i]) {
+		i++
+	}
+	if i == 0 || i == len(s) {
+		return i > 0
+	}
+	if s[i] != '.' {
+		return false
+	}
+	j := i + 1
+	for j < len(s) && isDigit(s[j]) {
+		j++
+	}
+	return j > i+1 && j == len(s)
 }
 
 // scaled converts v units into a duration in [0, MaxHint].
@@ -161,16 +321,16 @@ func goDuration(s string) (time.Duration, bool) {
 	return d, true
 }
 
-func hintFromRetryHeaders(h http.Header, now time.Time) (time.Duration, bool) {
-	if len(h) == 0 {
+func hintFromRetryHeaders(h headerView, now time.Time) (time.Duration, bool) {
+	if len(h.h) == 0 {
 		return 0, false
 	}
-	for _, name := range []string{"retry-after-ms", "x-ms-retry-after-ms"} {
-		if v, ok := parseNumber(headerValue(h, name)); ok {
+	for _, name := range []headerName{hdrRetryAfterMs, hdrMsRetryAfterMs} {
+		if v, ok := parseNumber(h.get(name)); ok {
 			return scaled(v, time.Millisecond)
 		}
 	}
-	if v := headerValue(h, "retry-after"); v != "" {
+	if v := h.get(hdrRetryAfter); v != "" {
 		if n, ok := parseNumber(v); ok {
 			return scaled(n, time.Second)
 		}
@@ -178,11 +338,11 @@ func hintFromRetryHeaders(h http.Header, now time.Time) (time.Duration, bool) {
 			return until(t, now), true
 		}
 	}
-	if d, ok := resetValue(headerValue(h, "x-ratelimit-reset-ms"), time.Millisecond, now); ok {
+	if d, ok := resetValue(h.get(hdrRateLimitResetMs), time.Millisecond, now); ok {
 		return d, true
 	}
-	for _, name := range []string{"x-ratelimit-reset", "x-ratelimit-reset-after"} {
-		if d, ok := resetValue(headerValue(h, name), time.Second, now); ok {
+	for _, name := range []headerName{hdrRateLimitReset, hdrRateLimitResetAfter} {
+		if d, ok := resetValue(h.get(name), time.Second, now); ok {
 			return d, true
 		}
 	}
@@ -202,18 +362,23 @@ var (
 	msgResetRE          = guard(`x-ratelimit-reset"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
 )
 
-func hintFromMessage(msg string, now time.Time) (time.Duration, bool) {
-	if msg == "" {
+func hintFromMessage(prepared message, now time.Time) (time.Duration, bool) {
+	if prepared.clipped == "" {
 		return 0, false
 	}
-	msg = clip(msg)
-	lower := strings.ToLower(msg)
-	if m := msgRetryAfterMsRE.FindStringSubmatch(lower); m != nil {
+	msg, low := prepared.clipped, &prepared.lower
+	lower := low.s
+	// Every wording below contains "try", "reset" or "available" (retry,
+	// x-ratelimit-reset, …): without them, none can match.
+	if !mayHaveHintWording(low) {
+		return 0, false
+	}
+	if m := msgRetryAfterMsRE.findSubmatchIn(low); m != nil {
 		if v, ok := parseNumber(m[1]); ok {
 			return scaled(v, time.Millisecond)
 		}
 	}
-	if m := msgRetryAfterRE.FindStringSubmatch(lower); m != nil {
+	if m := msgRetryAfterRE.findSubmatchIn(low); m != nil {
 		if v, ok := parseNumber(m[1]); ok {
 			return scaled(v, time.Second)
 		}
@@ -221,24 +386,30 @@ func hintFromMessage(msg string, now time.Time) (time.Duration, bool) {
 	// The date form runs on the text as written (for http.ParseTime); its
 	// case-insensitive pattern has no prefilter of its own.
 	if strings.Contains(lower, "retry-after") {
-		if m := msgRetryAfterDateRE.FindStringSubmatch(msg); m != nil {
+		if m := msgRetryAfterDateRE.findSubmatchIn(&subject{s: msg}); m != nil {
 			if t, err := http.ParseTime(m[1]); err == nil {
 				return until(t, now), true
 			}
 		}
 	}
-	for _, loc := range msgAnchorRE.FindAllStringIndex(lower, -1) {
-		if d, ok := spokenDuration(lower[loc[1]:]); ok && d > 0 {
-			return d, true
+	var spoken time.Duration
+	msgAnchorRE.eachMatchIn(low, func(_, end int) bool {
+		d, ok := spokenDuration(lower[end:])
+		if ok && d > 0 {
+			spoken = d
 		}
+		return spoken > 0
+	})
+	if spoken > 0 {
+		return spoken, true
 	}
-	if m := msgResetAtRE.FindStringSubmatch(lower); m != nil {
+	if m := msgResetAtRE.findSubmatchIn(low); m != nil {
 		ts := strings.ToUpper(strings.Replace(m[1], " ", "T", 1))
 		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
 			return until(t, now), true
 		}
 	}
-	if m := msgRetryDelayRE.FindStringSubmatch(lower); m != nil {
+	if m := msgRetryDelayRE.findSubmatchIn(low); m != nil {
 		unit := time.Second
 		if m[2] == "ms" {
 			unit = time.Millisecond
@@ -247,18 +418,24 @@ func hintFromMessage(msg string, now time.Time) (time.Duration, bool) {
 			return scaled(v, unit)
 		}
 	}
-	if m := msgResetMsRE.FindStringSubmatch(lower); m != nil {
+	if m := msgResetMsRE.findSubmatchIn(low); m != nil {
 		if d, ok := resetValue(m[1], time.Millisecond, now); ok {
 			return d, true
 		}
 	}
-	if m := msgResetRE.FindStringSubmatch(lower); m != nil {
+	if m := msgResetRE.findSubmatchIn(low); m != nil {
 		if d, ok := resetValue(m[1], time.Second, now); ok {
 			return d, true
 		}
 	}
 	return 0, false
 }
+
+// hintWordings are literals one of which every message wording of a hint
+// contains.
+var hintWordings = guard(`try|reset|available`)
+
+func mayHaveHintWording(lower *subject) bool { return hintWordings.mayMatchIn(lower) }
 
 // spokenUnits are the unit words of spoken durations, longest first so that
 // "ms" wins over "m" and "mins" over "min".
@@ -357,10 +534,97 @@ func skipSpaces(s string, i int) int {
 
 // hintFromBucketResets reads the per-bucket reset headers of exhausted
 // buckets and returns the latest reset.
-func hintFromBucketResets(h http.Header, now time.Time) (time.Duration, bool) {
-	if len(h) == 0 {
+func hintFromBucketResets(h headerView, now time.Time) (time.Duration, bool) {
+	if len(h.h) == 0 {
 		return 0, false
 	}
+	if !h.asciiKeys {
+		return hintFromBucketResetsAnyKeys(h.h, now)
+	}
+	// hintFromBucketResetsAnyKeys for ASCII keys, whose lower-case forms (and
+	// the names of a bucket's other headers) are built on the stack.
+	const (
+		anthropicPrefix = "anthropic-ratelimit-"
+		resetSuffix     = "-reset"
+		resetPrefix     = "x-ratelimit-reset-"
+	)
+	var best time.Duration
+	found := false
+	var nameBuf, otherBuf [128]byte
+	for k := range h.h {
+		if len(k) < len(resetPrefix) { // the shorter of the two prefixes
+			continue
+		}
+		var d time.Duration
+		var ok bool
+		switch {
+		case hasPrefixFold(k, anthropicPrefix) && hasSuffixFold(k, resetSuffix):
+			name := appendLower(nameBuf[:0], k)
+			bucket := name[:len(name)-len(resetSuffix)]
+			if remainingLeft(h.getBytes(append(append(otherBuf[:0], bucket...), "-remaining"...))) ||
+				statusAllowed(h.getBytes(append(append(otherBuf[:0], bucket...), "-status"...))) {
+				continue
+			}
+			d, ok = absoluteReset(h.getBytes(name), now)
+		case hasPrefixFold(k, resetPrefix) && !equalFold(k, "x-ratelimit-reset-ms") && !equalFold(k, "x-ratelimit-reset-after"):
+			name := appendLower(nameBuf[:0], k)
+			bucket := name[len(resetPrefix):]
+			if remainingLeft(h.getBytes(append(append(otherBuf[:0], "x-ratelimit-remaining-"...), bucket...))) {
+				continue
+			}
+			d, ok = resetValue(h.getBytes(name), time.Second, now)
+		default:
+			continue
+		}
+		if ok && (!found || d > best) {
+			best, found = d, true
+		}
+	}
+	return best, found
+}
+
+// hasPrefixFold and hasSuffixFold are HasPrefix and HasSuffix up to ASCII
+// case, for an ASCII s and a lower-case affix.
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && equalLower(s[:len(prefix)], prefix)
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && equalLower(s[len(s)-len(suffix):], suffix)
+}
+
+// equalFold is strings.EqualFold for an ASCII s and a lower-case t.
+func equalFold(s, t string) bool { return len(s) == len(t) && equalLower(s, t) }
+
+// equalLower reports whether the ASCII s lower-cased is lower.
+func equalLower(s, lower string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if isUpper(c) {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// appendLower appends the lower-case form of the ASCII s to dst.
+func appendLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if isUpper(c) {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// hintFromBucketResetsAnyKeys is hintFromBucketResets for a map with keys
+// in any form.
+func hintFromBucketResetsAnyKeys(h http.Header, now time.Time) (time.Duration, bool) {
 	var best time.Duration
 	found := false
 	for k := range h {
@@ -394,13 +658,27 @@ func hintFromBucketResets(h http.Header, now time.Time) (time.Duration, bool) {
 // stopped the request: its remaining count is unknown or not above 0, and its
 // status (Anthropic unified windows) is not "allowed…".
 func bucketExhausted(h http.Header, remainingName, statusName string) bool {
-	if v, ok := parseNumber(headerValue(h, remainingName)); ok && v > 0 {
-		return false
+	status := ""
+	if statusName != "" {
+		status = headerValue(h, statusName)
 	}
-	if statusName != "" && strings.HasPrefix(strings.ToLower(headerValue(h, statusName)), "allowed") {
-		return false
-	}
-	return true
+	return exhaustedBucket(headerValue(h, remainingName), status)
+}
+
+// exhaustedBucket is bucketExhausted on the values of the two headers.
+func exhaustedBucket(remaining, status string) bool {
+	return !remainingLeft(remaining) && !statusAllowed(status)
+}
+
+// remainingLeft reports whether a -remaining value is above 0.
+func remainingLeft(remaining string) bool {
+	v, ok := parseNumber(remaining)
+	return ok && v > 0
+}
+
+// statusAllowed reports whether a -status value is "allowed…".
+func statusAllowed(status string) bool {
+	return strings.HasPrefix(strings.ToLower(status), "allowed")
 }
 
 // absoluteReset parses an RFC 3339 time or an epoch (seconds or ms).

@@ -17,7 +17,8 @@ func lead(s string, i int) bool { return i == 0 || !(isLower(s[i-1]) || isDigit(
 
 // phrases is a pattern family. Each pattern is compiled on its own, so that
 // the regexp engine can skip ahead to its literal prefix instead of running
-// one large alternation at every byte.
+// one large alternation at every byte, and its prefilter (guard.go) decides
+// whether it runs at all.
 type phrases struct {
 	res  []guardedRE
 	word bool // each match must start at a word boundary (lead)
@@ -40,41 +41,34 @@ func anyPhrases(alts ...string) phrases {
 }
 
 // find returns the text matched by the first pattern (in list order) that
-// matches s.
-func (p phrases) find(s string) (string, bool) {
-	for _, re := range p.res {
-		if m, ok := p.findOne(re, s); ok {
-			return m, true
+// matches t.
+func (p phrases) find(t *subject) (string, bool) {
+	for i := range p.res {
+		re := &p.res[i]
+		if !p.word && re.literal != "" && t.scanned {
+			// A literal the scan looked for: found is the answer.
+			if re.mayMatchIn(t) {
+				return re.literal, true
+			}
+			continue
+		}
+		var start, end int
+		var ok bool
+		if p.word {
+			start, end, ok = re.findWordIn(t)
+		} else {
+			start, end, ok = re.findIn(t)
+		}
+		if ok {
+			return t.s[start:end], true
 		}
 	}
 	return "", false
 }
 
-func (p phrases) findOne(re guardedRE, s string) (string, bool) {
-	if !p.word {
-		if loc := re.FindStringIndex(s); loc != nil {
-			return s[loc[0]:loc[1]], true
-		}
-		return "", false
-	}
-	// Word patterns contain no ^ or \b, so matching a suffix of s is sound.
-	for off := 0; off < len(s); {
-		loc := re.FindStringIndex(s[off:])
-		if loc == nil {
-			return "", false
-		}
-		start, end := off+loc[0], off+loc[1]
-		if lead(s, start) {
-			return s[start:end], true
-		}
-		off = start + 1
-	}
-	return "", false
-}
-
-// match reports whether any pattern matches s.
-func (p phrases) match(s string) bool {
-	_, ok := p.find(s)
+// match reports whether any pattern matches t.
+func (p phrases) match(t *subject) bool {
+	_, ok := p.find(t)
 	return ok
 }
 
@@ -118,20 +112,17 @@ var overflowStrongRE = anyPhrases(
 	`input length exceeds`, // Ollama, generic
 )
 
-// overflowGapped are the reference's overflow patterns with unbounded gaps,
-// each run only when the text contains its literal (the gaps make them the
-// most expensive patterns by far).
-var overflowGapped = []struct {
-	literal string
-	re      guardedRE
-}{
-	{"input token count", guard(`input token count.*exceeds the maximum`)}, // Google Gemini
-	{"requested token", guard(`requested tokens?.*exceed.*context (?:window|length|size)`)},
-	{"context ", guard(`context (?:window|length|size).*(?:exceeded|overflow|too small)`)},
-	{"too ", guard(`(?:prompt|input).*(?:too long|too large).*(?:context|n_ctx)`)},
-	{"requested token", guard(`requested tokens?.*(?:exceeds?|greater than).*(?:n_ctx|context)`)},
-	{"413", guard(`\b413\b.*\b(?:request|payload|entity)\b.*\btoo large\b`)},
-}
+// overflowGapped are the reference's overflow patterns with unbounded gaps.
+// The gaps make them the most expensive patterns by far: their prefilter
+// (every literal part present) keeps them from running on most messages.
+var overflowGapped = anyPhrases(
+	`input token count.*exceeds the maximum`, // Google Gemini
+	`requested tokens?.*exceed.*context (?:window|length|size)`,
+	`context (?:window|length|size).*(?:exceeded|overflow|too small)`,
+	`(?:prompt|input).*(?:too long|too large).*(?:context|n_ctx)`,
+	`requested tokens?.*(?:exceeds?|greater than).*(?:n_ctx|context)`,
+	`\b413\b.*\b(?:request|payload|entity)\b.*\btoo large\b`,
+)
 
 // overflowWeakRE: overflow wordings that throttling messages share ("Too many
 // tokens, please wait before trying again" is AWS throttling). They count only

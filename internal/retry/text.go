@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -25,12 +26,94 @@ func clip(s string) string {
 	return s[:clipHead] + "\n" + s[len(s)-clipTail:]
 }
 
+// message is an error message prepared once for the classifier and the hint
+// parser.
+type message struct {
+	clipped string  // clip(the message)
+	lower   subject // strings.ToLower(clipped); scanned when it is also words
+	words   subject // words(clipped), scanned; only withWords
+}
+
+// prepareMessage prepares s, with its words (for the classifier) when
+// withWords. The lower-case form and the words are built in one pass each,
+// and are one string (scanned once) when the message has no camelCase to
+// split.
+func prepareMessage(s string, withWords bool) message {
+	c := clip(s)
+	m := message{clipped: c}
+	ascii, upper, split := caseShape(c)
+	switch {
+	case !ascii:
+		m.lower.s = strings.ToLower(c)
+	case upper:
+		m.lower.s = asciiLower(c)
+	default:
+		m.lower.s = c
+	}
+	if !withWords {
+		return m
+	}
+	switch {
+	case ascii && !split: // words only lower-cases: the same string
+		m.words = scanned(m.lower.s)
+		m.lower = m.words
+	case ascii:
+		m.words, m.lower = scannedSplit(asciiWords(c, m.lower.s), m.lower.s)
+	default:
+		m.words = scanned(words(c))
+		if m.words.s == m.lower.s {
+			m.lower = m.words
+		}
+	}
+	return m
+}
+
+// caseShape reports whether s is ASCII, and if so whether it has upper-case
+// letters and whether words would split it (a space before an upper-case
+// letter: see words).
+func caseShape(s string) (ascii, upper, split bool) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 {
+			return false, false, false
+		}
+		if !isUpper(c) {
+			continue
+		}
+		upper = true
+		if i > 0 && !split {
+			p := s[i-1]
+			split = isLower(p) || isDigit(p) || (isUpper(p) && i+1 < len(s) && isLower(s[i+1]))
+		}
+	}
+	return true, upper, split
+}
+
+// asciiLower is strings.ToLower for an ASCII s (without its scan for
+// non-ASCII bytes, which caseShape made).
+func asciiLower(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	done := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; isUpper(c) {
+			b.WriteString(s[done:i])
+			b.WriteByte(c + ('a' - 'A'))
+			done = i + 1
+		}
+	}
+	b.WriteString(s[done:])
+	return b.String()
+}
+
 // words returns the message prepared for the word patterns: camelCase and
 // PascalCase identifiers are split into words ("RateLimitError" → "rate limit
 // error", "HTTP2StreamReset" → "http2 stream reset") and everything is lower
 // case. Splitting lets the leading word boundary of the patterns work on class
 // names (ThrottlingException, APIConnectionError) without letting "terminated"
 // match "Unterminated" or "rate" match "Generate".
+//
+// prepareMessage computes the same for ASCII messages with less work.
 func words(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + len(s)/8 + 1)
@@ -45,6 +128,27 @@ func words(s string) string {
 		b.WriteByte(c)
 	}
 	return strings.ToLower(b.String())
+}
+
+// asciiWords is words for an ASCII s, given its lower-case form lower: the
+// splitting of words, on the lower-casing of strings.ToLower (which for ASCII
+// text only maps A–Z to a–z), in one allocation.
+func asciiWords(s, lower string) string {
+	var b strings.Builder
+	b.Grow(len(s) + len(s)/8 + 1)
+	done := 0
+	for i := 1; i < len(s); i++ {
+		if !isUpper(s[i]) {
+			continue
+		}
+		if p := s[i-1]; isLower(p) || isDigit(p) || (isUpper(p) && i+1 < len(s) && isLower(s[i+1])) {
+			b.WriteString(lower[done:i])
+			b.WriteByte(' ')
+			done = i
+		}
+	}
+	b.WriteString(lower[done:])
+	return b.String()
 }
 
 func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
@@ -122,6 +226,31 @@ func standaloneNumbers(s string, fn func(n int) bool) bool {
 	return false
 }
 
+// firstStandaloneNumber returns the first three-digit number of s that is
+// one of codes and stands on its own (see standaloneNumbers).
+func firstStandaloneNumber(s string, codes ...int) (int, bool) {
+	for i := 0; i < len(s); {
+		if !isDigit(s[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && isDigit(s[j]) {
+			j++
+		}
+		if j-i == 3 {
+			// The (cheap) code test first: standalone looks at the words
+			// around the number.
+			n := int(s[i]-'0')*100 + int(s[i+1]-'0')*10 + int(s[i+2]-'0')
+			if slices.Contains(codes, n) && standalone(s, i, j) {
+				return n, true
+			}
+		}
+		i = j
+	}
+	return 0, false
+}
+
 func standalone(s string, i, j int) bool {
 	if i > 0 {
 		p := s[i-1]
@@ -153,19 +282,6 @@ func standalone(s string, i, j int) bool {
 	return true
 }
 
-// hasStandaloneNumber reports whether one of codes stands on its own in s
-// (lower case).
-func hasStandaloneNumber(s string, codes ...int) bool {
-	return standaloneNumbers(s, func(n int) bool {
-		for _, c := range codes {
-			if n == c {
-				return true
-			}
-		}
-		return false
-	})
-}
-
 // transientStatusNumbers are the HTTP-like server classes the source lists
 // (429, 500, 502, 503, 504) plus Anthropic's 529 and Cloudflare's 520–524.
 var transientStatusNumbers = []int{429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529}
@@ -174,29 +290,56 @@ var transientStatusNumbers = []int{429, 500, 502, 503, 504, 520, 521, 522, 523, 
 // reference's STATUS_MESSAGE_PATTERNS, plus "429 status code" as the OpenAI
 // Node SDK writes it). They are the reference's case-insensitive patterns,
 // written in lower case and run on the lower-cased text (so that their
-// literals prefilter them); the last one is case-sensitive and runs on the
-// text as written: three digits followed by a capitalised word ("429 Too
-// Many Requests").
-var (
-	statusPatterns = []guardedRE{
-		guard(`\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
-		guard(`\bstatus\s+(\d{3})\b`),
-		guard(`\bhttp\s+(\d{3})\b`),
-		guard(`\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
-		guard(`(?:^|\s)(\d{3})\s+status code\b`),
+// literals prefilter them); the last one, statusReasonPhrase, is
+// case-sensitive and runs on the text as written.
+var statusPatterns = []guardedRE{
+	guard(`\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
+	guard(`\bstatus\s+(\d{3})\b`),
+	guard(`\bhttp\s+(\d{3})\b`),
+	guard(`\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
+	guard(`(?:^|\s)(\d{3})\s+status code\b`),
+}
+
+// statusReasonPhrase returns the digits of the leftmost match of
+//
+//	(?:^|\s)(\d{3})\s+[A-Z][a-z]+
+//
+// in msg: three digits followed by a capitalised word ("429 Too Many
+// Requests"), or "". It is matched by hand because the pattern has no
+// literal to look for: Go's regexp engine tries it at every position, which
+// costs more than all the other status patterns together.
+func statusReasonPhrase(msg string) string {
+	for i := 0; i+3 <= len(msg); i++ {
+		if i > 0 && !isSpace(msg[i-1]) || !isDigit(msg[i]) || !isDigit(msg[i+1]) || !isDigit(msg[i+2]) {
+			continue
+		}
+		k := i + 3
+		for k < len(msg) && isSpace(msg[k]) {
+			k++
+		}
+		if k > i+3 && k+1 < len(msg) && isUpper(msg[k]) && isLower(msg[k+1]) {
+			return msg[i : i+3]
+		}
 	}
-	statusReasonPhraseRE = guard(`(?:^|\s)(\d{3})\s+[A-Z][a-z]+`)
-)
+	return ""
+}
+
+// isSpace is regexp's \s: [\t\n\f\r ].
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r' }
 
 // statusFromText returns the HTTP status written in an error message, or 0.
 func statusFromText(msg string) int {
-	lower := strings.ToLower(msg)
-	for _, re := range statusPatterns {
-		if n := statusOf(re.FindStringSubmatch(lower)); n != 0 {
+	return statusFromLower(msg, &subject{s: strings.ToLower(msg)})
+}
+
+// statusFromLower is statusFromText with the message's lower-case form.
+func statusFromLower(msg string, lower *subject) int {
+	for i := range statusPatterns {
+		if n := statusOf(statusPatterns[i].findSubmatchIn(lower)); n != 0 {
 			return n
 		}
 	}
-	return statusOf(statusReasonPhraseRE.FindStringSubmatch(msg))
+	return statusNumber(statusReasonPhrase(msg))
 }
 
 // statusOf is the status a pattern captured, or 0.
@@ -204,7 +347,12 @@ func statusOf(m []string) int {
 	if m == nil {
 		return 0
 	}
-	n, err := strconv.Atoi(m[1])
+	return statusNumber(m[1])
+}
+
+// statusNumber is the status written as digits, or 0.
+func statusNumber(digits string) int {
+	n, err := strconv.Atoi(digits)
 	if err == nil && n >= 100 && n <= 599 {
 		return n
 	}
@@ -221,17 +369,22 @@ var opaqueStopWords = map[string]bool{
 
 // isOpaque reports whether a 429 message says nothing beyond "429": after
 // deleting 429 and the stop words, no run of three or more letters or digits
-// is left. s must be lower case.
+// is left. s must be lower case. The runs are of ASCII letters and digits:
+// every other byte, those of multi-byte runes included, separates them.
 func isOpaque(s string) bool {
-	for _, tok := range strings.FieldsFunc(s, func(r rune) bool {
-		return r > 0x7f || !isAlnum(byte(r))
-	}) {
-		if tok == "429" || opaqueStopWords[tok] {
+	for i := 0; i < len(s); {
+		if !isAlnum(s[i]) {
+			i++
 			continue
 		}
-		if len(tok) >= 3 {
+		j := i
+		for j < len(s) && isAlnum(s[j]) {
+			j++
+		}
+		if tok := s[i:j]; j-i >= 3 && tok != "429" && !opaqueStopWords[tok] {
 			return false
 		}
+		i = j
 	}
 	return true
 }
