@@ -157,7 +157,7 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("credstore: nil Redis client")
 	}
-	if !contextTimeouts(client) {
+	if !ContextTimeouts(client) {
 		return nil, errors.New("credstore: the Redis client must be created with ContextTimeoutEnabled (see credstore.ClientOptions), or a dead Redis could hold requests")
 	}
 	seal, err := newSealer(opts.SecretKey)
@@ -192,9 +192,10 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	return r, nil
 }
 
-// contextTimeouts reports whether a known client type honours context
-// deadlines (unknown types, such as wrappers, are trusted).
-func contextTimeouts(c redis.UniversalClient) bool {
+// ContextTimeouts reports whether a known client type honours context
+// deadlines, as ClientOptions sets it (unknown types, such as wrappers, are
+// trusted). Every Redis-backed store checks its client with it.
+func ContextTimeouts(c redis.UniversalClient) bool {
 	switch c := c.(type) {
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled

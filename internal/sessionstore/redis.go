@@ -44,6 +44,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -135,7 +136,7 @@ func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("sessionstore: nil Redis client")
 	}
-	if !contextTimeouts(client) {
+	if !credstore.ContextTimeouts(client) {
 		return nil, errors.New("sessionstore: the Redis client must be created with ContextTimeoutEnabled (see credstore.ClientOptions), or a dead Redis could hold requests")
 	}
 	if o.ReplicaID == "" {
@@ -188,20 +189,6 @@ func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
 	r.w = newWriter(r)
 	go r.w.run()
 	return r, nil
-}
-
-// contextTimeouts reports whether a known client type honours context
-// deadlines (unknown types, such as wrappers, are trusted).
-func contextTimeouts(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true
 }
 
 // Close stops the event writer, after it has written what is queued (for
