@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/agentd/agentd/internal/redistest"
 )
@@ -36,53 +32,10 @@ func buildAgentd(t *testing.T) string {
 }
 
 // startReplica runs `agentd serve` with cfg on free loopback ports and waits
-// until it logs that it serves.
+// until it logs that it serves (see startNode).
 func startReplica(t *testing.T, bin, cfg string) *replica {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "agentd.yaml")
-	if err := os.WriteFile(path, []byte("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"+cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", "--config", path, "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &replica{cmd: cmd, done: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		defer close(r.done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var line struct{ Msg, HTTP string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "agentd serving" {
-				addr <- line.HTTP
-			}
-		}
-		_ = cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-r.done
-			t.Errorf("replica did not stop on SIGTERM")
-		}
-	})
-	select {
-	case a := <-addr:
-		r.http = "http://" + a
-	case <-r.done:
-		t.Fatal("replica exited before serving")
-	case <-time.After(60 * time.Second):
-		t.Fatal("replica did not start")
-	}
-	return r
+	return startNode(t, bin, "replica", cfg).replica
 }
 
 func (r *replica) post(t *testing.T, path, body string) []byte {

@@ -753,6 +753,10 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	if err != nil || !ok {
 		return err
 	}
+	release := func(err error) error {
+		_ = sh.Release(context.WithoutCancel(ctx), id)
+		return err
+	}
 	run, found, err := sh.LoadRun(ctx, id)
 	if err == nil && (!found || run.Ending) {
 		// It ended meanwhile, or its replica was lost after its prompt_end.
@@ -767,16 +771,11 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		}
 	}
 	if err != nil {
-		_ = sh.Release(context.WithoutCancel(ctx), id)
-		return err
+		return release(err)
 	}
 	s := m.adopt(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	release := func(err error) error {
-		_ = sh.Release(context.WithoutCancel(ctx), id)
-		return err
-	}
 	if s.running || s.deleted {
 		return release(nil)
 	}
@@ -793,29 +792,8 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		m.runs.Done()
 		return release(err)
 	}
-	res := &resumePoint{lost: true, attempt: run.Attempt}
-	if run.Attempt == 0 || run.Due.IsZero() {
-		const tail = 256
-		evs, err := sh.Events(ctx, id, max(rec.LastSeq, tail)-tail, tail)
-		if err != nil {
-			m.log.Warn("janitor: the lost prompt's last events not read", "session", id, "err", err)
-		}
-		for _, e := range evs {
-			if e.PromptID != run.PromptID {
-				continue
-			}
-			switch e.Type {
-			case EventMessageStart:
-				res.openMessage, res.openModel = true, e.Model
-			case EventMessageEnd:
-				res.openMessage = false
-			case EventAgentStart:
-				res.openAgent = true
-			case EventAgentEnd:
-				res.openAgent = false
-			}
-		}
-	}
+	lostReplica := run.Replica
+	var res *resumePoint
 	if run.Attempt > 0 && !run.Due.IsZero() {
 		res = &resumePoint{attempt: run.Attempt, due: run.Due, class: run.Class, source: run.DelaySource, calls: run.Calls}
 		s.retryAttempt, s.gateOpen = run.Attempt, true
@@ -823,20 +801,49 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		if err := sh.SaveRun(ctx, id, run); err != nil {
 			m.log.Warn("janitor: run not recorded", "session", id, "err", err)
 		}
+	} else {
+		res = m.lostPoint(ctx, id, run, rec.LastSeq)
 	}
 	runCtx, cancel := context.WithCancel(m.baseCtx)
 	s.running, s.promptID, s.cancelRun, s.abortCause = true, run.PromptID, cancel, ""
 	s.runDone = make(chan struct{})
 	if res.lost {
 		m.opts.Observer.Takeover(TakeoverEnded)
-		m.log.Warn("janitor: the prompt's replica was lost: ending it", "session", id, "prompt", run.PromptID, "replica", run.Replica)
+		m.log.Warn("janitor: the prompt's replica was lost: ending it", "session", id, "prompt", run.PromptID, "replica", lostReplica)
 	} else {
 		m.opts.Observer.Takeover(TakeoverResumed)
 		m.log.Info("janitor: resuming the retry of a lost replica", "session", id, "prompt", run.PromptID,
-			"replica", run.Replica, "attempt", run.Attempt, "due", run.Due)
+			"replica", lostReplica, "attempt", run.Attempt, "due", run.Due)
 	}
 	go s.run(runCtx, s.generation, run.PromptID, res)
 	return nil
+}
+
+// lostPoint ends a lost replica's prompt: it reads the prompt's last stored
+// events for what the replica left open (a message, a run).
+func (m *Manager) lostPoint(ctx context.Context, id string, run Run, lastSeq uint64) *resumePoint {
+	res := &resumePoint{lost: true, attempt: run.Attempt}
+	const tail = 256
+	evs, err := m.opts.Shared.Events(ctx, id, max(lastSeq, tail)-tail, tail)
+	if err != nil {
+		m.log.Warn("janitor: the lost prompt's last events not read", "session", id, "err", err)
+	}
+	for _, e := range evs {
+		if e.PromptID != run.PromptID {
+			continue
+		}
+		switch e.Type {
+		case EventMessageStart:
+			res.openMessage, res.openModel = true, e.Model
+		case EventMessageEnd:
+			res.openMessage = false
+		case EventAgentStart:
+			res.openAgent = true
+		case EventAgentEnd:
+			res.openAgent = false
+		}
+	}
+	return res
 }
 
 // resume goes on with a retry a lost replica had scheduled: the rest of its
