@@ -435,13 +435,9 @@ func TestReplicasStress(t *testing.T) {
 	}
 }
 
-// A replica lost while its prompt waits in backoff: another replica takes
-// the prompt over once the lease expires and runs the retry at its
-// scheduled time; the prompt completes for the clients following it.
-func TestReplicasTakeOverResumesRetry(t *testing.T) {
-	srv := redistest.Start(t)
-	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
-	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
+// createFollowed creates a session on a, followed from b from its start.
+func createFollowed(t *testing.T, a, b *replicaT) (*session.Session, *session.Subscription) {
+	t.Helper()
 	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +446,18 @@ func TestReplicasTakeOverResumesRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer follow.Close()
+	t.Cleanup(follow.Close)
+	return s, follow
+}
+
+// A replica lost while its prompt waits in backoff: another replica takes
+// the prompt over once the lease expires and runs the retry at its
+// scheduled time; the prompt completes for the clients following it.
+func TestReplicasTakeOverResumesRetry(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
+	s, follow := createFollowed(t, a, b)
 	_, sub, err := s.Prompt(t.Context(), "resume me [[faults: 529:retry-after=3,ok]]")
 	if err != nil {
 		t.Fatal(err)
@@ -508,15 +515,7 @@ func TestReplicasTakeOverEndsLostStream(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{TokenDelay: 20 * time.Millisecond}, time.Second)
 	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
-	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	follow, err := get(t, b.m, s.ID()).Subscribe(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer follow.Close()
+	s, follow := createFollowed(t, a, b)
 	_, onA, err := s.Prompt(t.Context(), "a long answer [[tokens: 1000]]")
 	if err != nil {
 		t.Fatal(err)
@@ -564,15 +563,7 @@ func TestReplicasShutdownHandsOverRetry(t *testing.T) {
 	srv := redistest.Start(t)
 	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
 	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
-	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	follow, err := get(t, b.m, s.ID()).Subscribe(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer follow.Close()
+	s, follow := createFollowed(t, a, b)
 	_, sub, err := s.Prompt(t.Context(), "[[faults: 503:retry-after=2,ok]]")
 	if err != nil {
 		t.Fatal(err)
