@@ -79,8 +79,6 @@ type Shared interface {
 	// Flush returns once every event AppendEvent queued for id before the call
 	// is stored (or could not be: the writer's error).
 	Flush(ctx context.Context, id string) error
-	// LastSeq is the seq of the newest stored event, 0 when none.
-	LastSeq(ctx context.Context, id string) (uint64, error)
 	// Events returns up to count stored events with seq greater than
 	// after, in order. A first event whose seq is beyond after+1 means the
 	// ones in between were trimmed.

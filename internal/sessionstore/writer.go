@@ -357,7 +357,7 @@ func parseSeq(id string) (uint64, error) {
 	return n, nil
 }
 
-// LastSeq implements session.Shared.
+// LastSeq is the seq of the newest stored event of session id, 0 when none.
 func (r *Redis) LastSeq(ctx context.Context, id string) (uint64, error) {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
