@@ -67,7 +67,19 @@ func (m *sseMarshaler) appendEvent(dst []byte, ev *agentdv1.Event) ([]byte, erro
 	dst = append(dst, "\nevent: "...)
 	dst = append(dst, ev.GetType()...)
 	dst = append(dst, '\n')
+	if m.fastEvents() {
+		if out, ok := appendEventJSON(append(dst, "data: "...), ev); ok {
+			return out, nil
+		}
+	}
 	return m.appendJSONData(dst, ev)
+}
+
+// fastEvents reports whether appendEventJSON writes what m's protojson
+// options write (the options the server uses).
+func (m *sseMarshaler) fastEvents() bool {
+	o := m.JSONPb.MarshalOptions
+	return o.EmitDefaultValues && !o.EmitUnpopulated && !o.UseProtoNames && !o.Multiline && o.Indent == "" && o.Resolver == nil
 }
 
 // appendError appends the "event: error" frame of a stream's status, without

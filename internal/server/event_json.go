@@ -1,0 +1,178 @@
+package server
+
+import (
+	"math/bits"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+)
+
+// appendEventJSON appends the JSON of the events a stream carries most
+// (message_update above all, and the other events of every prompt: agent
+// and prompt start and end, message_start) as the SSE marshaler's protojson
+// options write them: the same fields in the same order with the same
+// values (uint64 as a string, RFC 3339 times with 0, 3, 6 or 9 fractional
+// digits, every scalar field even when empty), compact. It reports false
+// for any other event, or one it cannot write the same way (a string that
+// is not UTF-8, a time outside protojson's range): protojson writes those.
+// protojson itself inserts random spaces after commas in some builds, so
+// equal output is equal JSON tokens, not equal bytes.
+func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
+	w := jsonWriter{b: dst, ok: true}
+	w.raw(`{"sessionId":`)
+	w.str(ev.GetSessionId())
+	w.raw(`,"seq":"`)
+	w.b = strconv.AppendUint(w.b, ev.GetSeq(), 10)
+	w.raw(`","time":`)
+	w.time(ev)
+	w.raw(`,"type":`)
+	w.str(ev.GetType())
+	w.raw(`,"promptId":`)
+	w.str(ev.GetPromptId())
+	switch p := ev.GetPayload().(type) {
+	case *agentdv1.Event_MessageUpdate:
+		u := p.MessageUpdate
+		w.ok = w.ok && u != nil
+		w.raw(`,"messageUpdate":{"textDelta":`)
+		w.str(u.GetTextDelta())
+		w.raw(`,"thinkingDelta":`)
+		w.str(u.GetThinkingDelta())
+		if d := u.GetToolCallDelta(); d != nil {
+			w.raw(`,"toolCallDelta":{"callId":`)
+			w.str(d.GetCallId())
+			w.raw(`,"name":`)
+			w.str(d.GetName())
+			w.raw(`,"inputDelta":`)
+			w.str(d.GetInputDelta())
+			w.raw(`}`)
+		}
+	case *agentdv1.Event_AgentStart:
+		w.ok = w.ok && p.AgentStart != nil
+		w.raw(`,"agentStart":{"promptId":`)
+		w.str(p.AgentStart.GetPromptId())
+	case *agentdv1.Event_AgentEnd:
+		w.ok = w.ok && p.AgentEnd != nil
+		w.raw(`,"agentEnd":{`)
+	case *agentdv1.Event_MessageStart:
+		m := p.MessageStart
+		w.ok = w.ok && m != nil
+		w.raw(`,"messageStart":{"role":`)
+		w.str(m.GetRole())
+		w.raw(`,"model":`)
+		w.str(m.GetModel())
+		w.raw(`,"credentialId":`)
+		w.str(m.GetCredentialId())
+	case *agentdv1.Event_PromptEnd:
+		pe := p.PromptEnd
+		w.ok = w.ok && pe != nil
+		w.raw(`,"promptEnd":{"outcome":`)
+		w.str(pe.GetOutcome())
+		w.raw(`,"error":`)
+		w.str(pe.GetError())
+	default:
+		w.ok = false
+	}
+	if !w.ok {
+		return dst, false
+	}
+	return append(w.b, "}}"...), true
+}
+
+// jsonWriter appends JSON; ok turns false for good at the first value it
+// cannot write as protojson does.
+type jsonWriter struct {
+	b  []byte
+	ok bool
+}
+
+func (w *jsonWriter) raw(s string) { w.b = append(w.b, s...) }
+
+func (w *jsonWriter) str(s string) {
+	var ok bool
+	w.b, ok = appendJSONString(w.b, s)
+	w.ok = w.ok && ok
+}
+
+func (w *jsonWriter) time(ev *agentdv1.Event) {
+	var ok bool
+	w.b, ok = appendJSONTime(w.b, ev)
+	w.ok = w.ok && ok
+}
+
+// appendJSONTime appends ev's time as protojson writes a Timestamp.
+func appendJSONTime(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
+	ts := ev.GetTime()
+	if ts == nil {
+		// An unset message field is left out: not the fast path's shape.
+		return dst, false
+	}
+	secs, nanos := ts.GetSeconds(), ts.GetNanos()
+	// protojson's range: years 0001 to 9999.
+	if secs < -62135596800 || secs > 253402300799 || nanos < 0 || nanos > 999999999 {
+		return dst, false
+	}
+	t := time.Unix(secs, int64(nanos)).UTC()
+	dst = append(dst, '"')
+	dst = t.AppendFormat(dst, "2006-01-02T15:04:05")
+	if nanos != 0 {
+		var frac [10]byte
+		f := strconv.AppendUint(frac[:0], uint64(nanos)+1e9, 10)[1:] // nine digits
+		switch {
+		case nanos%1e6 == 0:
+			f = f[:3]
+		case nanos%1e3 == 0:
+			f = f[:6]
+		}
+		dst = append(dst, '.')
+		dst = append(dst, f...)
+	}
+	return append(dst, `Z"`...), true
+}
+
+// appendJSONString appends s as protojson quotes a string: only '"', '\\'
+// and control characters escaped (\b \f \n \r \t, else \u00XX). It reports
+// false for a string that is not UTF-8 (protojson's error).
+func appendJSONString(dst []byte, s string) ([]byte, bool) {
+	dst = append(dst, '"')
+	i := 0
+	for i < len(s) {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				return dst, false
+			}
+			i += n
+			continue
+		}
+		if c >= ' ' && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		dst = append(dst, s[:i]...)
+		dst = append(dst, '\\')
+		switch c {
+		case '"', '\\':
+			dst = append(dst, c)
+		case '\b':
+			dst = append(dst, 'b')
+		case '\f':
+			dst = append(dst, 'f')
+		case '\n':
+			dst = append(dst, 'n')
+		case '\r':
+			dst = append(dst, 'r')
+		case '\t':
+			dst = append(dst, 't')
+		default:
+			dst = append(dst, 'u')
+			dst = append(dst, "0000"[1+(bits.Len32(uint32(c))-1)/4:]...)
+			dst = strconv.AppendUint(dst, uint64(c), 16)
+		}
+		s, i = s[i+1:], 0
+	}
+	dst = append(dst, s...)
+	return append(dst, '"'), true
+}

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agentd/agentd/internal/session"
+)
+
+// appendEventJSON writes what protojson writes (the same tokens) for the
+// events it takes, and declines everything else: random strings (control
+// characters, quotes, backslashes, every size of UTF-8, invalid bytes),
+// times at every precision and at the range's ends, every event type.
+func TestEventJSONMatchesProtojson(t *testing.T) {
+	m := testMarshaler()
+	rng := rand.New(rand.NewPCG(1, 2))
+	pieces := []string{"a", "Z", " ", "\"", "\\", "\n", "\r", "\t", "\b", "\f", "\x00", "\x01", "\x1f", "\x7f",
+		"é", "€", "😀", "\u2028", "<", ">", "&", "{", "}", ":", ",", "data: x", "id: 9"}
+	invalid := []string{"\xff", "\xc3", "\xed\xa0\x80"}
+	str := func() string {
+		var b strings.Builder
+		for range rng.IntN(12) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		if rng.IntN(40) == 0 {
+			b.WriteString(invalid[rng.IntN(len(invalid))])
+		}
+		return b.String()
+	}
+	times := []time.Time{
+		time.Date(2026, 11, 30, 7, 1, 2, 0, time.UTC),
+		time.Date(2026, 11, 30, 7, 1, 2, 5e8, time.UTC),
+		time.Date(2026, 11, 30, 7, 1, 2, 120e6, time.UTC),
+		time.Date(2026, 11, 30, 7, 1, 2, 123456e3, time.UTC),
+		time.Date(2026, 11, 30, 7, 1, 2, 1, time.UTC),
+		time.Date(2026, 11, 30, 7, 1, 2, 100, time.FixedZone("x", 3600)),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC),
+	}
+	types := []string{session.EventAgentStart, session.EventMessageStart, session.EventMessageUpdate, session.EventMessageEnd,
+		session.EventAgentEnd, session.EventPromptEnd, session.EventAutoRetryStart, session.EventToolCall, "unknown_type"}
+	fast := map[string]int{}
+	for i := range 20000 {
+		e := session.Event{SessionID: str(), Seq: rng.Uint64() >> uint(rng.IntN(64)), Time: times[i%len(times)],
+			Type: types[rng.IntN(len(types))], PromptID: str()}
+		e.Role, e.Model, e.Credential, e.Outcome, e.Error = str(), str(), str(), str(), str()
+		e.TextDelta, e.ThinkingDelta = str(), str()
+		if rng.IntN(3) == 0 {
+			e.ToolCallDelta = &session.ToolCallDelta{CallID: str(), Name: str(), InputDelta: str()}
+		}
+		pe := eventToProto(e)
+		if i%7 == 0 {
+			pe.Type = str() // any type string with any payload
+		}
+		if i%101 == 0 {
+			pe.Time = nil
+		}
+		if i%103 == 0 {
+			pe.Time = &timestamppb.Timestamp{Seconds: 1, Nanos: -1}
+		}
+		want, werr := m.JSONPb.Marshal(pe)
+		got, ok := appendEventJSON([]byte("prefix"), pe)
+		if !strings.HasPrefix(string(got), "prefix") {
+			t.Fatalf("%q: prefix lost", got)
+		}
+		if !ok {
+			if string(got) != "prefix" {
+				t.Fatalf("declined but wrote %q", got)
+			}
+			continue
+		}
+		fast[e.Type]++
+		if werr != nil {
+			t.Fatalf("%+v: wrote %q where protojson fails: %v", pe, got, werr)
+		}
+		if g, w := jsonTokens(got[len("prefix"):]), jsonTokens(want); !slices.Equal(g, w) {
+			t.Fatalf("%+v:\n got %s\nwant %s", pe, got[len("prefix"):], want)
+		}
+		if strings.ContainsAny(string(got), "\n\r") {
+			t.Fatalf("raw newline in %q", got)
+		}
+	}
+	for _, typ := range []string{session.EventAgentStart, session.EventMessageStart, session.EventMessageUpdate, session.EventAgentEnd, session.EventPromptEnd} {
+		if fast[typ] < 500 {
+			t.Errorf("%s: %d events on the fast path", typ, fast[typ])
+		}
+	}
+	for _, typ := range []string{session.EventMessageEnd, session.EventAutoRetryStart, session.EventToolCall, "unknown_type"} {
+		if fast[typ] != 0 {
+			t.Errorf("%s: on the fast path", typ)
+		}
+	}
+}
+
+// BenchmarkEventFrame: one message_update's SSE frame, on the fast path
+// and through protojson.
+func BenchmarkEventFrame(b *testing.B) {
+	m := testMarshaler()
+	e := session.Event{SessionID: "ses_0123456789abcdef", Seq: 42, Time: time.Now(), Type: session.EventMessageUpdate,
+		PromptID: "prm_0123456789abcdef", TextDelta: "hello world "}
+	b.Run("fast", func(b *testing.B) {
+		s := &sseStream{m: m}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.frame(nil, eventToProto(e)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("protojson", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := m.appendJSONData(nil, eventToProto(e)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
