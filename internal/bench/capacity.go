@@ -25,6 +25,10 @@ type capacityParams struct {
 	StopErrFrac float64       // a step with more errors or drops than this ends the sweep
 	StopP99     float64       // … or with an added p99 above this (ms)
 	FloorRate   int           // the rate also run through the bare proxy
+	// FloorHighRate, when set, is run through the bare proxy too: a rate
+	// with more than 1000 concurrent streams, to tell what this machine can
+	// relay at the capacity target's scale without agentd.
+	FloorHighRate int
 }
 
 func capacityParamsFor(quick bool) capacityParams {
@@ -32,9 +36,11 @@ func capacityParamsFor(quick bool) capacityParams {
 		Rates: []int{100, 200, 300, 400, 500, 600, 800},
 		Step:  7 * time.Second, Warm: 2 * time.Second, Tokens: 20, ChunkMs: 50,
 		Limits: []float64{1, 5, 10, 50}, StopErrFrac: 0.01, StopP99: 1000, FloorRate: 300,
+		FloorHighRate: 800,
 	}
 	if quick {
 		p.Rates, p.Step, p.Warm, p.Tokens, p.ChunkMs, p.FloorRate = []int{20}, 1500*time.Millisecond, 300*time.Millisecond, 5, 10, 20
+		p.FloorHighRate = 40
 	}
 	if v := os.Getenv("AGENTD_BENCH_CAPACITY_RATES"); v != "" {
 		var rates []int
@@ -129,7 +135,7 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 	}
 	m["concurrency_max.le_10ms"] = maxConc
 	if ctx.Err() == nil {
-		fm, err := floorStep(ctx, e, round, p)
+		fm, err := floorStep(ctx, e, round, p, p.FloorRate)
 		for k, v := range fm {
 			m["floor."+k] = v
 		}
@@ -141,13 +147,22 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 			m["cpu_per_chunk_ratio_to_floor"] = x / y
 		}
 	}
+	if ctx.Err() == nil && p.FloorHighRate > 0 {
+		fm, err := floorStep(ctx, e, round, p, p.FloorHighRate)
+		for k, v := range fm {
+			m["floor_high."+k] = v
+		}
+		if err != nil {
+			e.Note("capacity", "%s floor at %d/s: %v", runTag(round, store), p.FloorHighRate, err)
+		}
+	}
 	return m, nil
 }
 
-// floorStep runs FloorRate through the bare reverse proxy, a process of
-// its own, straight to the mock: the same streams, no agentd. Its CPU per
+// floorStep runs rate through the bare reverse proxy, a process of its
+// own, straight to the mock: the same streams, no agentd. Its CPU per
 // chunk is the floor of what relaying a chunk costs on this machine.
-func floorStep(ctx context.Context, e *Env, round int, p capacityParams) (Metrics, error) {
+func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate int) (Metrics, error) {
 	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL)
 	if err != nil {
 		return nil, err
@@ -158,7 +173,6 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams) (Metric
 	headers := map[string]string{
 		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
 	}
-	rate := p.FloorRate
 	streamDur := p.streamDuration()
 	total := int(float64(rate) * p.Step.Seconds())
 	interval := time.Second / time.Duration(rate)
@@ -205,6 +219,7 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams) (Metric
 	wg.Wait()
 	<-samplerDone
 	var added, transit Dist
+	var busy time.Duration // the streams' time in the window
 	errs, chunks := 0, 0
 	w0, w1 := winStart.UnixNano(), winEnd.UnixNano()
 	for _, t := range turns {
@@ -217,6 +232,9 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams) (Metric
 				chunks++
 			}
 		}
+		if end := t.Deltas[len(t.Deltas)-1].Recv; end > w0 && t.Due < w1 {
+			busy += time.Duration(min(end, w1) - max(t.Due, w0))
+		}
 		if t.Due < w0 || t.Due >= w1 {
 			continue
 		}
@@ -227,6 +245,9 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams) (Metric
 		}
 	}
 	m := Metrics{"rate": float64(rate), "errors": float64(errs)}
+	if w := winEnd.Sub(winStart); w > 0 {
+		m["inflight.mean"] = busy.Seconds() / w.Seconds() // Little's law over the window
+	}
 	m.PutSummary("ttft_added", added.Summary())
 	m.PutSummary("chunk", transit.Summary())
 	m["added.p99"] = math.Max(added.Q(.99), transit.Q(.99))
