@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -152,6 +153,63 @@ func TestBankedResetRedeemedOnce(t *testing.T) {
 		evs = prompt(t, m, s, "[[faults: usage:retry-after=3600,ok]]")
 		if end := only(evs, session.EventAutoRetryEnd); len(end) != 1 || end[0].Success {
 			t.Fatalf("without a banked reset: %s %+v", kinds(evs), end)
+		}
+	})
+}
+
+// pickCounter counts the store's picks.
+type pickCounter struct {
+	storeAdapter
+	picks atomic.Int32
+}
+
+func (c *pickCounter) Pick(ctx context.Context, p string) (provider.Credential, bool, error) {
+	c.picks.Add(1)
+	return c.storeAdapter.Pick(ctx, p)
+}
+
+// A switch hands the retry its sibling: the store chose it in the same call
+// that blocked the credential (one round trip to a shared store), so the
+// retry does not pick again. Later calls pick as usual.
+func TestSwitchedCredentialIsNotPickedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := credstore.NewMemory(credstore.MemoryOptions{})
+		for _, id := range []string{"key-a", "key-b", "key-c"} {
+			if _, err := store.Add(context.Background(), credstore.Credential{ID: id, Provider: "sim", Secret: "sk-" + id}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		counter := &pickCounter{storeAdapter: storeAdapter{store}}
+		rec := &recorder{Provider: sim.New(sim.Options{})}
+		m := session.NewManager(session.Options{
+			Providers:   []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Client: rec}},
+			Retry:       retry.DefaultSettings(),
+			Credentials: counter,
+			Rand:        func() float64 { return 1 },
+		})
+		defer m.Close(context.Background())
+		s := create(t, m, session.RetryOverrides{})
+		evs := prompt(t, m, s, "[[faults: usage,usage,ok]]")
+		if end := only(evs, session.EventPromptEnd); end[0].Outcome != session.OutcomeCompleted {
+			t.Fatalf("prompt_end = %+v", end)
+		}
+		if got := credIDs(rec.requests()); len(got) != 3 || got[0] != "key-a" || got[1] != "key-b" || got[2] != "key-c" {
+			t.Fatalf("calls used %v", got)
+		}
+		if n := counter.picks.Load(); n != 1 {
+			t.Fatalf("%d picks for one prompt with two switches; want 1", n)
+		}
+		for i, e := range only(evs, session.EventMessageStart) {
+			if want := []string{"key-a", "key-b", "key-c"}[i]; e.Credential != want {
+				t.Fatalf("message_start %d credential = %q, want %q", i, e.Credential, want)
+			}
+		}
+		prompt(t, m, s, "next")
+		if n := counter.picks.Load(); n != 2 {
+			t.Fatalf("the next prompt: %d picks in all; want 2", n)
+		}
+		if got := credIDs(rec.requests()); got[3] != "key-c" {
+			t.Fatalf("next prompt used %s (key-a and key-b are blocked)", got[3])
 		}
 	})
 }

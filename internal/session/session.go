@@ -70,8 +70,15 @@ type Session struct {
 	sleepCancel  chan struct{} // closed by AbortRetry to cancel the backoff sleep
 	retryAborted bool          // AbortRetry arrived outside the sleep: end the chain at the next failure
 	credential   provider.Credential
-	fallback     *activeFallback
-	waiting      *toolWait // the tool calls the run waits for
+	// switchedTo is the sibling a usage limit switched to (step 7): the
+	// store picked it in the same round trip that blocked the credential,
+	// so the retry's call uses it without picking again. One call only.
+	switchedTo struct {
+		provider string
+		cred     provider.Credential
+	}
+	fallback *activeFallback
+	waiting  *toolWait // the tool calls the run waits for
 }
 
 // ID is the session's identifier.
@@ -385,6 +392,7 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string, res *res
 		errText = s.abortCause
 	}
 	s.closeDanglingToolCallsLocked(ctx, promptID)
+	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
 	// Every exit path resolves the gate.
 	s.gateOpen, s.retryAborted, s.sleepCancel = false, false, nil
 	s.retryAttempt = 0
@@ -514,9 +522,13 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		Call:      call,
 	}
 	s.streaming = true
+	switched := s.switchedTo
+	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
 	s.mu.Unlock()
 
-	if s.m.opts.Credentials != nil {
+	if s.m.opts.Credentials != nil && switched.provider == p.Name && switched.cred.ID != "" {
+		req.Credential = switched.cred
+	} else if s.m.opts.Credentials != nil {
 		cred, ok, err := s.m.opts.Credentials.Pick(ctx, p.Name)
 		if err != nil {
 			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
