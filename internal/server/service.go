@@ -111,9 +111,13 @@ func (a *agentService) DeleteSession(ctx context.Context, req *agentdv1.DeleteSe
 
 func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStreamingServer[agentdv1.Event]) error {
 	ctx := stream.Context()
-	s, err := a.session(ctx, req.GetSessionId())
+	id := req.GetSessionId()
+	if id == "" {
+		return invalidArg("session_id", "is required")
+	}
+	s, err := a.sessions.GetToPrompt(ctx, tenantOf(ctx), id)
 	if err != nil {
-		return err
+		return toStatus(err)
 	}
 	promptID, sub, err := s.Prompt(ctx, req.GetText())
 	if err != nil {

@@ -368,6 +368,22 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (*Session, error) 
 	return s, nil
 }
 
+// GetToPrompt is Get for a prompt: with a shared store, this replica's copy
+// of the session serves as it is, without a read of the store, since the
+// prompt's start (Session.Prompt) reads the record anyway and reports a
+// session deleted meanwhile as not found.
+func (m *Manager) GetToPrompt(ctx context.Context, tenant, id string) (*Session, error) {
+	if m.opts.Shared != nil && sessionIDRe.MatchString(id) {
+		m.mu.RLock()
+		s, ok := m.sessions[id]
+		m.mu.RUnlock()
+		if ok && s.tenant == tenant {
+			return s, nil
+		}
+	}
+	return m.Get(ctx, tenant, id)
+}
+
 // List returns up to limit of tenant's sessions created after the page
 // token, oldest first, and the token of the next page ("" on the last).
 func (m *Manager) List(ctx context.Context, tenant string, limit int, pageToken string) ([]*Session, string, error) {

@@ -326,57 +326,55 @@ func (s *Session) setAutoRetryShared(ctx context.Context, enabled bool) error {
 	return nil
 }
 
-// acquireLocked takes the session's lease for a prompt, then brings the
-// working copy up to date with the store and records the run.
+// acquireLocked takes the session's lease for a prompt, records the run
+// and brings the working copy up to date with the store: one round trip
+// (Shared.Start) when the session is free.
 func (s *Session) acquireLocked(ctx context.Context, promptID string) error {
-	sh := s.m.opts.Shared
-	ok, holder, err := s.tryAcquire(ctx)
-	if err != nil {
+	res, err := s.tryStart(ctx, Run{PromptID: promptID, Replica: s.m.opts.Shared.ReplicaID()})
+	switch {
+	case err != nil:
 		return unavailable("take the session's lease", err)
+	case !res.Found:
+		// Deleted on another replica since this copy was loaded.
+		s.m.forget(s)
+		return fmt.Errorf("%w: %s", ErrNotFound, s.id)
+	case !res.Started:
+		return fmt.Errorf("%w: a prompt is running on replica %s (wait for its prompt_end or Abort it)", ErrBusy, res.Holder)
 	}
-	if !ok {
-		return fmt.Errorf("%w: a prompt is running on replica %s (wait for its prompt_end or Abort it)", ErrBusy, holder)
+	if err := s.applyLocked(ctx, res.Record); err != nil {
+		s.abandonRun()
+		return err
 	}
-	err = s.syncLocked(ctx)
-	if err == nil {
-		s.m.register(s)
-		err = sh.SaveRun(ctx, s.id, Run{PromptID: promptID, Replica: sh.ReplicaID()})
-		if err != nil {
-			err = unavailable("record the run", err)
-		}
-	}
-	if err != nil {
-		s.releaseLease()
-	}
-	return err
+	s.m.register(s)
+	return nil
 }
 
-// tryAcquire takes the lease. A lease whose run is ending (its prompt_end
-// is going out, the holder is about to release it), or is not recorded yet,
-// is waited for briefly.
-func (s *Session) tryAcquire(ctx context.Context) (bool, string, error) {
+// tryStart starts the run (Shared.Start). A lease whose run is ending (its
+// prompt_end is going out, the holder is about to release it), or is not
+// recorded yet, is waited for briefly.
+func (s *Session) tryStart(ctx context.Context, run Run) (StartResult, error) {
 	sh := s.m.opts.Shared
 	ttl := s.m.leaseTTL()
 	wait := time.Millisecond
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		ok, holder, err := sh.Acquire(ctx, s.id, ttl)
-		if err != nil || ok {
-			return ok, holder, err
+		res, err := sh.Start(ctx, s.id, ttl, run)
+		if err != nil || res.Started || !res.Found {
+			return res, err
 		}
 		// No run recorded: the run ended between the two calls, a prompt is
 		// starting and has not recorded its run yet, or a janitor is
 		// looking at an ended run. Either way the answer comes soon.
-		run, found, err := sh.LoadRun(ctx, s.id)
-		if err != nil || (found && !run.Ending) || time.Now().After(deadline) {
-			return false, holder, err
+		held, found, err := sh.LoadRun(ctx, s.id)
+		if err != nil || (found && !held.Ending) || time.Now().After(deadline) {
+			return res, err
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return false, holder, nil
+			return res, nil
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
@@ -394,14 +392,19 @@ func (s *Session) releaseLease() {
 // history changed since this replica last had it, and moves the log on to
 // the newest stored event.
 func (s *Session) syncLocked(ctx context.Context) error {
-	sh := s.m.opts.Shared
-	rec, found, err := sh.Load(ctx, s.id)
+	rec, found, err := s.m.opts.Shared.Load(ctx, s.id)
 	if err != nil {
 		return unavailable("load session", err)
 	}
 	if !found {
 		return fmt.Errorf("%w: %s", ErrNotFound, s.id)
 	}
+	return s.applyLocked(ctx, rec)
+}
+
+// applyLocked brings the working copy up to rec, as syncLocked does.
+func (s *Session) applyLocked(ctx context.Context, rec Record) error {
+	sh := s.m.opts.Shared
 	s.setMutableLocked(rec.Mutable)
 	if s.ctxEntries != rec.MessageCount {
 		entries, total, err := sh.List(ctx, s.id, 0, math.MaxInt32)
@@ -492,11 +495,8 @@ func (s *Session) finishSharedLocked(promptID string) {
 	sh := s.m.opts.Shared
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
-	if err := sh.Save(ctx, s.id, s.mutableLocked()); err != nil {
-		s.m.log.Error("session not saved", "session", s.id, "err", err)
-	}
-	if err := sh.SaveRun(ctx, s.id, Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true}); err != nil {
-		s.m.log.Error("run not marked as ending", "session", s.id, "err", err)
+	if err := sh.Finish(ctx, s.id, s.mutableLocked(), Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true}); err != nil {
+		s.m.log.Error("session not saved, or its run not marked as ending", "session", s.id, "err", err)
 	}
 	s.ctxEntries = s.entries
 }

@@ -586,3 +586,50 @@ func TestReplicasShutdownHandsOverRetry(t *testing.T) {
 		t.Fatalf("takeovers: A %v, B %v", a.takeovers.n, b.takeovers.n)
 	}
 }
+
+// A prompt reuses the replica's copy of a session without reading the
+// store first (its start reads the record): a copy of a session deleted on
+// another replica, unknown to this one, answers not found, leaves no lease
+// behind and is dropped.
+func TestReplicasPromptOnStaleCopy(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second)
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := b.m.GetToPrompt(t.Context(), "t", s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err := bs.Prompt(t.Context(), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	if again, err := b.m.GetToPrompt(t.Context(), "t", s.ID()); err != nil || again != bs {
+		t.Fatalf("GetToPrompt = %p, %v; want B's copy %p", again, err, bs)
+	}
+	if _, err := b.m.GetToPrompt(t.Context(), "other-tenant", s.ID()); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("another tenant's GetToPrompt = %v", err)
+	}
+	// Deleted through A's store directly: nothing tells B.
+	if err := a.store.Remove(t.Context(), s.ID(), "t"); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := b.m.GetToPrompt(t.Context(), "t", s.ID())
+	if err != nil || stale != bs {
+		t.Fatalf("GetToPrompt of the stale copy = %v", err)
+	}
+	if _, _, err := stale.Prompt(t.Context(), "two"); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("Prompt on a deleted session = %v; want ErrNotFound", err)
+	}
+	if h, err := b.store.Holder(t.Context(), s.ID()); h != "" || err != nil {
+		t.Fatalf("lease of the deleted session held by %q (%v)", h, err)
+	}
+	if _, err := b.m.GetToPrompt(t.Context(), "t", s.ID()); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("GetToPrompt after the failed prompt = %v; want ErrNotFound", err)
+	}
+}

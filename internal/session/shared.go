@@ -50,6 +50,16 @@ type Shared interface {
 	// replica holds it (SET NX PX). When another holds it, ok is false and
 	// holder names it.
 	Acquire(ctx context.Context, id string, ttl time.Duration) (ok bool, holder string, err error)
+	// Start begins a prompt here in one step: it takes the session's lease
+	// for ttl when no replica holds it (as Acquire), stores r as its run and
+	// adds the session to the running set (as SaveRun), and returns the
+	// record (as Load). When the session has no record, or another replica
+	// holds the lease, nothing is taken (Found, Started and Holder say
+	// which).
+	Start(ctx context.Context, id string, ttl time.Duration, r Run) (StartResult, error)
+	// Finish writes the mutable part of the record (as Save) and the run's
+	// state (as SaveRun, the session staying in the running set) at once.
+	Finish(ctx context.Context, id string, m Mutable, r Run) error
 	// Renew extends this replica's lease; false when it no longer holds it.
 	Renew(ctx context.Context, id string, ttl time.Duration) (bool, error)
 	// Release drops the lease if this replica holds it.
@@ -96,6 +106,14 @@ type Shared interface {
 	// Serve sets the handler of control messages sent to this replica. Each
 	// message is handled in a goroutine of its own.
 	Serve(h func(ctx context.Context, c Control) Reply)
+}
+
+// StartResult is what Shared.Start did.
+type StartResult struct {
+	Found   bool   // the session exists
+	Started bool   // the lease is this replica's and the run is stored
+	Holder  string // the replica holding the lease (when Found)
+	Record  Record // the record, with MessageCount and LastSeq (when Started)
 }
 
 // ErrNoReplica: a control message found no replica to take it.

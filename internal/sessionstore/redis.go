@@ -275,6 +275,25 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return {0, redis.call('GET', KEYS[1]) or ''}
 `)
+	// KEYS[1] lease, [2] run, [3] meta, [4] history, [5] events; ARGV[1]
+	// replica, [2] ttl ms, [3] run JSON → {-1} when the session has no
+	// record (nothing changes), {0, holder} when another replica holds the
+	// lease, else {1, record, mutable, history length, newest event id}
+	// with the lease taken and the run stored.
+	startScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[3], 'record') == 0 then
+  return {-1}
+end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {0, redis.call('GET', KEYS[1]) or ''}
+end
+redis.call('SET', KEYS[2], ARGV[3])
+local m = redis.call('HMGET', KEYS[3], 'record', 'mutable')
+local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
+local lastID = ''
+if #last > 0 then lastID = last[1][1] end
+return {1, m[1], m[2] or '', redis.call('LLEN', KEYS[4]), lastID}
+`)
 	// KEYS[1] lease, ARGV[1] replica, ARGV[2] ttl ms → 1 when extended.
 	renewScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -358,39 +377,53 @@ func (r *Redis) queueLoad(ctx context.Context, pipe redis.Pipeliner, id string) 
 
 // record decodes what queueLoad read; ok is false when the record is gone.
 func (l loadCmds) record() (session.Record, bool, error) {
-	var rec session.Record
 	vals, err := l.meta.Result()
 	if err != nil {
-		return rec, false, err
+		return session.Record{}, false, err
 	}
 	raw, _ := vals[0].(string)
 	if raw == "" {
-		return rec, false, nil
+		return session.Record{}, false, nil
 	}
-	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
-		return rec, false, fmt.Errorf("record of %s: %w", l.id, err)
-	}
-	if m, _ := vals[1].(string); m != "" {
-		rec.Mutable = session.Mutable{}
-		if err := json.Unmarshal([]byte(m), &rec.Mutable); err != nil {
-			return rec, false, fmt.Errorf("mutable of %s: %w", l.id, err)
-		}
-	}
+	mutable, _ := vals[1].(string)
 	count, err := l.count.Result()
 	if err != nil {
-		return rec, false, err
+		return session.Record{}, false, err
 	}
-	rec.MessageCount = int(count)
 	last, err := l.last.Result()
 	if err != nil {
-		return rec, false, err
+		return session.Record{}, false, err
 	}
+	lastID := ""
 	if len(last) > 0 {
-		if rec.LastSeq, err = parseSeq(last[0].ID); err != nil {
-			return rec, false, err
+		lastID = last[0].ID
+	}
+	rec, err := decodeRecord(l.id, raw, mutable, count, lastID)
+	return rec, err == nil, err
+}
+
+// decodeRecord is a session's record from its meta hash's record and
+// mutable fields, its history's length and its newest event's id ("" when
+// it has none).
+func decodeRecord(id, raw, mutable string, count int64, lastID string) (session.Record, error) {
+	var rec session.Record
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return rec, fmt.Errorf("record of %s: %w", id, err)
+	}
+	if mutable != "" {
+		rec.Mutable = session.Mutable{}
+		if err := json.Unmarshal([]byte(mutable), &rec.Mutable); err != nil {
+			return rec, fmt.Errorf("mutable of %s: %w", id, err)
 		}
 	}
-	return rec, true, nil
+	rec.MessageCount = int(count)
+	if lastID != "" {
+		var err error
+		if rec.LastSeq, err = parseSeq(lastID); err != nil {
+			return rec, err
+		}
+	}
+	return rec, nil
 }
 
 // Load implements session.Shared (one pipeline: the record, the history's
@@ -609,6 +642,69 @@ func (r *Redis) Acquire(ctx context.Context, id string, ttl time.Duration) (bool
 	return ok == 1, holder, nil
 }
 
+// Start implements session.Shared: one script on the session's slot takes
+// the lease, stores the run and reads the record, pipelined with the
+// running set's SADD (another slot). When the script changed nothing (no
+// record, or another holder), that SADD leaves an id the janitor's sweep
+// drops (no holder, no run) or the holder's EndRun removes.
+func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run session.Run) (session.StartResult, error) {
+	data, err := json.Marshal(run)
+	if err != nil {
+		return session.StartResult{}, fmt.Errorf("sessionstore: start %s: %w", id, err)
+	}
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	pipe := r.c.Pipeline()
+	keys := []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "meta"), r.key(id, "history"), r.key(id, "events")}
+	script := startScript.EvalSha(ctx, pipe, keys, r.id, ttlMs(ttl), data)
+	pipe.SAdd(ctx, r.runningKey(), id)
+	if _, err := pipe.Exec(ctx); err != nil && isNoScript(err) {
+		// The script is not cached on the server yet (a restart, a
+		// failover): load it, once, as Script.Run does.
+		pipe = r.c.Pipeline()
+		script = startScript.Eval(ctx, pipe, keys, r.id, ttlMs(ttl), data)
+		pipe.SAdd(ctx, r.runningKey(), id)
+		_, err = pipe.Exec(ctx)
+		if err != nil {
+			return session.StartResult{}, wrap("start "+id, err)
+		}
+	} else if err != nil {
+		return session.StartResult{}, wrap("start "+id, err)
+	}
+	res, err := script.Slice()
+	if err != nil {
+		return session.StartResult{}, wrap("start "+id, err)
+	}
+	bad := fmt.Errorf("sessionstore: start %s: unexpected reply %v", id, res)
+	if len(res) == 0 {
+		return session.StartResult{}, bad
+	}
+	switch status, _ := res[0].(int64); {
+	case status == -1:
+		return session.StartResult{}, nil
+	case status == 0 && len(res) == 2:
+		holder, _ := res[1].(string)
+		return session.StartResult{Found: true, Holder: holder}, nil
+	case status == 1 && len(res) == 5:
+		raw, _ := res[1].(string)
+		mutable, _ := res[2].(string)
+		count, _ := res[3].(int64)
+		lastID, _ := res[4].(string)
+		rec, err := decodeRecord(id, raw, mutable, count, lastID)
+		if err != nil {
+			return session.StartResult{}, wrap("start "+id, err)
+		}
+		return session.StartResult{Found: true, Started: true, Holder: r.id, Record: rec}, nil
+	}
+	return session.StartResult{}, bad
+}
+
+// isNoScript reports a NOSCRIPT reply: EVALSHA of a script the server does
+// not have.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
 // Renew implements session.Shared (compare and PEXPIRE).
 func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration) (bool, error) {
 	ctx, cancel := r.op(ctx)
@@ -659,6 +755,36 @@ func (r *Redis) SaveRun(ctx context.Context, id string, run session.Run) error {
 	pipe.SAdd(ctx, r.runningKey(), id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return wrap("save run of "+id, err)
+	}
+	return nil
+}
+
+// Finish implements session.Shared: Save and the run's SET in one
+// pipeline (one slot; the id is in the running set since Start).
+func (r *Redis) Finish(ctx context.Context, id string, m session.Mutable, run session.Run) error {
+	mdata, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("sessionstore: finish %s: %w", id, err)
+	}
+	rdata, err := json.Marshal(run)
+	if err != nil {
+		return fmt.Errorf("sessionstore: finish %s: %w", id, err)
+	}
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	keys := []string{r.key(id, "meta")}
+	pipe := r.c.Pipeline()
+	saveScript.EvalSha(ctx, pipe, keys, mdata)
+	pipe.Set(ctx, r.key(id, "run"), rdata, 0)
+	_, err = pipe.Exec(ctx)
+	if isNoScript(err) {
+		pipe = r.c.Pipeline()
+		saveScript.Eval(ctx, pipe, keys, mdata)
+		pipe.Set(ctx, r.key(id, "run"), rdata, 0)
+		_, err = pipe.Exec(ctx)
+	}
+	if err != nil {
+		return wrap("finish "+id, err)
 	}
 	return nil
 }

@@ -924,3 +924,85 @@ func TestRedisDown(t *testing.T) {
 		t.Errorf("Close with Redis down took %v", d)
 	}
 }
+
+// Start takes the lease, stores the run and reads the record in one step;
+// it changes nothing of a session held elsewhere or gone; Finish saves the
+// record's mutable part and the run together. Both work after the server
+// forgot its scripts (NOSCRIPT).
+func TestStartAndFinish(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), time.Second)
+	a := newStore(t, c, Options{})
+	b := newStore(t, c, Options{})
+	ctx := testCtx(t)
+
+	if res, err := a.Start(ctx, "ses_none", time.Minute, session.Run{PromptID: "p0", Replica: a.ReplicaID()}); err != nil || !reflect.DeepEqual(res, session.StartResult{}) {
+		t.Fatalf("Start of a missing session = %+v, %v", res, err)
+	}
+	if h, _ := a.Holder(ctx, "ses_none"); h != "" {
+		t.Fatalf("a missing session got a lease held by %q", h)
+	}
+	if _, ok, _ := a.LoadRun(ctx, "ses_none"); ok {
+		t.Fatal("a missing session got a run")
+	}
+
+	rec := record("ses_s", "t1")
+	_, err := a.Create(ctx, rec)
+	must(t, err)
+	for i := range 3 {
+		_, err := a.Append(ctx, "ses_s", session.Entry{Time: created, Message: provider.Message{Role: provider.RoleUser,
+			Content: []provider.Block{{Type: provider.BlockText, Text: fmt.Sprint(i)}}}})
+		must(t, err)
+	}
+	a.AppendEvent("ses_s", event(7))
+	must(t, a.Flush(ctx, "ses_s"))
+	want, _, err := a.Load(ctx, "ses_s")
+	must(t, err)
+	if want.MessageCount != 3 || want.LastSeq != 7 {
+		t.Fatalf("Load = %+v", want)
+	}
+
+	must(t, c.ScriptFlush(ctx).Err())
+	run := session.Run{PromptID: "p1", Replica: a.ReplicaID()}
+	res, err := a.Start(ctx, "ses_s", time.Minute, run)
+	if err != nil || !res.Found || !res.Started || res.Holder != a.ReplicaID() || !reflect.DeepEqual(res.Record, want) {
+		t.Fatalf("Start = %+v, %v; want the record %+v", res, err, want)
+	}
+	if h, _ := b.Holder(ctx, "ses_s"); h != a.ReplicaID() {
+		t.Fatalf("holder = %q", h)
+	}
+	if got, ok, err := b.LoadRun(ctx, "ses_s"); !ok || err != nil || got != run {
+		t.Fatalf("LoadRun = %+v, %v, %v", got, ok, err)
+	}
+	if ids, err := b.Running(ctx); err != nil || !slices.Contains(ids, "ses_s") {
+		t.Fatalf("Running = %v, %v", ids, err)
+	}
+
+	// Held by a: b's Start names a and changes nothing.
+	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()})
+	if err != nil || !res.Found || res.Started || res.Holder != a.ReplicaID() {
+		t.Fatalf("Start while held = %+v, %v", res, err)
+	}
+	if got, _, _ := b.LoadRun(ctx, "ses_s"); got != run {
+		t.Fatalf("run after another replica's Start = %+v", got)
+	}
+
+	// Finish: the mutable part and the ending run.
+	must(t, c.ScriptFlush(ctx).Err())
+	m := rec.Mutable
+	m.Model = "q/m2"
+	m.Fallback = &session.FallbackState{Role: "coder", Original: "p/m1"}
+	ending := session.Run{PromptID: "p1", Replica: a.ReplicaID(), Ending: true}
+	must(t, a.Finish(ctx, "ses_s", m, ending))
+	if got, _, _ := b.Load(ctx, "ses_s"); !reflect.DeepEqual(got.Mutable, m) {
+		t.Fatalf("mutable after Finish = %+v", got.Mutable)
+	}
+	if got, _, _ := b.LoadRun(ctx, "ses_s"); got != ending {
+		t.Fatalf("run after Finish = %+v", got)
+	}
+	must(t, a.EndRun(ctx, "ses_s"))
+	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()})
+	if err != nil || !res.Started || res.Record.Model != "q/m2" {
+		t.Fatalf("Start after EndRun = %+v, %v", res, err)
+	}
+}
