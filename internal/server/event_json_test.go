@@ -46,17 +46,31 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 		time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC),
 	}
 	types := []string{session.EventAgentStart, session.EventMessageStart, session.EventMessageUpdate, session.EventMessageEnd,
-		session.EventAgentEnd, session.EventPromptEnd, session.EventAutoRetryStart, session.EventToolCall, "unknown_type"}
+		session.EventAgentEnd, session.EventPromptEnd, session.EventAutoRetryStart, session.EventAutoRetryEnd,
+		session.EventRetryFallbackApplied, session.EventRetryFallbackSucceeded, session.EventModelChange,
+		session.EventCredentialSwitched, session.EventContextOverflow, session.EventToolCall, "unknown_type"}
+	ints := []int{0, 1, -1, 7, 1 << 31, -(1 << 31), 1<<31 - 1}
 	fast := map[string]int{}
-	for i := range 20000 {
+	for i := range 40000 {
 		e := session.Event{SessionID: str(), Seq: rng.Uint64() >> uint(rng.IntN(64)), Time: times[i%len(times)],
 			Type: types[rng.IntN(len(types))], PromptID: str()}
 		e.Role, e.Model, e.Credential, e.Outcome, e.Error = str(), str(), str(), str(), str()
 		e.TextDelta, e.ThinkingDelta = str(), str()
+		e.StopReason, e.ErrorMessage, e.Text, e.ErrorClass, e.DelaySource, e.FinalError = str(), str(), str(), str(), str(), str()
+		e.From, e.To, e.Reason, e.Provider = str(), str(), str(), str()
+		if rng.IntN(2) == 0 {
+			e.StopDetails = str()
+		}
+		e.Attempt, e.MaxAttempts = ints[rng.IntN(len(ints))], ints[rng.IntN(len(ints))]
+		e.Delay = time.Duration(rng.Int64N(1<<62)) * time.Duration(1-2*rng.IntN(2))
+		e.Success = rng.IntN(2) == 0
+		if e.Type == session.EventToolCall {
+			e.ToolCall = &session.ToolCall{CallID: str(), Name: str(), Input: []byte(`{"a":1}`)}
+		}
 		if rng.IntN(3) == 0 {
 			e.ToolCallDelta = &session.ToolCallDelta{CallID: str(), Name: str(), InputDelta: str()}
 		}
-		pe := eventToProto(e)
+		pe := eventToProto(&e)
 		if i%7 == 0 {
 			pe.Type = str() // any type string with any payload
 		}
@@ -88,12 +102,12 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 			t.Fatalf("raw newline in %q", got)
 		}
 	}
-	for _, typ := range []string{session.EventAgentStart, session.EventMessageStart, session.EventMessageUpdate, session.EventAgentEnd, session.EventPromptEnd} {
+	for _, typ := range types[:len(types)-2] {
 		if fast[typ] < 500 {
 			t.Errorf("%s: %d events on the fast path", typ, fast[typ])
 		}
 	}
-	for _, typ := range []string{session.EventMessageEnd, session.EventAutoRetryStart, session.EventToolCall, "unknown_type"} {
+	for _, typ := range []string{session.EventToolCall, "unknown_type"} {
 		if fast[typ] != 0 {
 			t.Errorf("%s: on the fast path", typ)
 		}
@@ -110,7 +124,7 @@ func BenchmarkEventFrame(b *testing.B) {
 		s := &sseStream{m: m}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := s.frame(nil, eventToProto(e)); err != nil {
+			if _, err := s.frame(nil, eventToProto(&e)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -118,7 +132,7 @@ func BenchmarkEventFrame(b *testing.B) {
 	b.Run("protojson", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := m.appendJSONData(nil, eventToProto(e)); err != nil {
+			if _, err := m.appendJSONData(nil, eventToProto(&e)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -126,16 +126,29 @@ func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStr
 	defer sub.Close()
 	// The stream ends with this prompt's prompt_end. A client that goes away
 	// does not stop the prompt: it can follow it with StreamEvents.
-	return a.forward(ctx, sub, stream, true, func(e session.Event) bool {
+	return a.forward(ctx, sub, stream, true, func(e *session.Event) bool {
 		return e.Type == session.EventPromptEnd && e.PromptID == promptID
 	})
 }
 
 func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream grpc.ServerStreamingServer[agentdv1.Event]) error {
-	ctx := stream.Context()
-	s, err := a.session(ctx, req.GetSessionId())
+	// Subscribed in a call of its own, so that its frame is gone while the
+	// stream is served (an idle reader's goroutine fits a smaller stack).
+	sub, err := a.subscribe(stream.Context(), req)
 	if err != nil {
 		return err
+	}
+	defer sub.Close()
+	return a.forward(stream.Context(), sub, stream, false, func(*session.Event) bool { return false })
+}
+
+// subscribe is StreamEvents' subscription.
+//
+//go:noinline
+func (a *agentService) subscribe(ctx context.Context, req *agentdv1.StreamEventsRequest) (*session.Subscription, error) {
+	s, err := a.session(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, err
 	}
 	after := req.GetAfterSeq()
 	if after == 0 {
@@ -144,7 +157,7 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 			if v := md.Get(lastEventIDKey); len(v) > 0 && v[0] != "" {
 				n, err := strconv.ParseUint(strings.TrimSpace(v[0]), 10, 64)
 				if err != nil {
-					return invalidArg("Last-Event-ID", "%q is not an event seq", v[0])
+					return nil, invalidArg("Last-Event-ID", "%q is not an event seq", v[0])
 				}
 				after = n
 			}
@@ -154,24 +167,23 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 	if err != nil {
 		var dropped *session.DroppedError
 		if errors.As(err, &dropped) || errors.Is(err, session.ErrUnavailable) {
-			return toStatus(err)
+			return nil, toStatus(err)
 		}
-		return invalidArg("after_seq", "%v", err)
+		return nil, invalidArg("after_seq", "%v", err)
 	}
-	defer sub.Close()
-	return a.forward(ctx, sub, stream, false, func(session.Event) bool { return false })
+	return sub, nil
 }
 
 // forward sends events until last reports the final one, the client goes
 // away, the log closes or the server drains. A stream served natively over
 // SSE (sse_stream.go) gets its events as shared SSE frames and its pings
 // from this loop: no goroutine of its own.
-func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], prompt bool, last func(session.Event) bool) error {
+func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], prompt bool, last func(*session.Event) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// No goroutine per stream: the drain cancels it through a callback.
 	defer context.AfterFunc(a.drain, cancel)()
-	next := sub.Next
+	next := sub.NextRef
 	sse := sseStreamOf(stream.Context())
 	if sse != nil {
 		next = sse.pinging(sub)
@@ -192,7 +204,7 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 		if sse != nil {
 			// Through the interceptors' stream (metrics count it) to the
 			// SSE response, which encodes it once for all its readers.
-			sse.ev = e
+			sse.ev = *e
 			err = stream.SendMsg(&sse.ev)
 		} else {
 			err = stream.Send(eventToProto(e))

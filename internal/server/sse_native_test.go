@@ -589,7 +589,7 @@ func TestSSEFramesUnchanged(t *testing.T) {
 	evs = append(evs, session.Event{Seq: 1 << 62, Type: session.EventMessageUpdate}) // zero values
 	s := &sseStream{m: m}
 	for _, e := range evs {
-		pe := eventToProto(e)
+		pe := eventToProto(&e)
 		want, err := legacyMarshal(m, map[string]any{"result": pe})
 		if err != nil {
 			t.Fatal(err)

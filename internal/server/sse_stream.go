@@ -83,13 +83,14 @@ func streamHandler(name string) grpc.StreamHandler {
 // grpc.ChainStreamInterceptor does, the first one outermost.
 type streamChain []grpc.StreamServerInterceptor
 
-func (c streamChain) run(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if len(c) == 0 {
-		return h(srv, ss)
+// bind composes the chain around h, for calls of info: a call goes through
+// one closure per interceptor, as the gRPC server's chain does.
+func (c streamChain) bind(info *grpc.StreamServerInfo, h grpc.StreamHandler) grpc.StreamHandler {
+	for i := len(c) - 1; i >= 0; i-- {
+		next, ic := h, c[i]
+		h = func(srv any, ss grpc.ServerStream) error { return ic(srv, ss, info, next) }
 	}
-	return c[0](srv, ss, info, func(srv any, ss grpc.ServerStream) error {
-		return c[1:].run(srv, ss, info, h)
-	})
+	return h
 }
 
 // nativeSSE reports whether r (a prompt or events route, already checked)
@@ -146,6 +147,27 @@ func (a *webAPI) serveEvents(w http.ResponseWriter, r *http.Request, sessionID s
 // of route, with the service called in place of the gRPC client. read reads
 // the request; strs lists its string fields.
 func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error), strs func(proto.Message) []string) {
+	// Prepared in a call of its own (see ServeHTTP): its frame is gone
+	// while the stream is served.
+	s, done := a.prepareNative(w, r, route, read, strs)
+	if s == nil {
+		return
+	}
+	defer done()
+	h := a.eventsHandler
+	if route == &promptRoute {
+		h = a.promptHandler
+	}
+	err := h(a.agent, s)
+	s.finish(err)
+}
+
+// prepareNative reads the request and builds the stream serveNative serves
+// (nil when it answered with an error already); done releases what the
+// stream holds.
+//
+//go:noinline
+func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error), strs func(proto.Message) []string) (*sseStream, func()) {
 	setSSEHeaders(w.Header()) // as sseHeaders
 	// r's context ends when this handler returns: no cancel of its own
 	// (the gateway's was for its gRPC call).
@@ -153,7 +175,7 @@ func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nati
 	actx, err := runtime.AnnotateContext(ctx, a.gw, r, route.info.FullMethod, runtime.WithHTTPPathPattern(route.pattern))
 	if err != nil {
 		runtime.HTTPError(ctx, a.gw, a.sse, w, r, err)
-		return
+		return nil, nil
 	}
 	actx = runtime.NewServerMetadataContext(actx, runtime.ServerMetadata{})
 	req, err := read()
@@ -174,16 +196,15 @@ func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nati
 	}
 	if err != nil {
 		runtime.HTTPError(actx, a.gw, a.sse, w, r, err)
-		return
+		return nil, nil
 	}
 
 	// What the service sees: the gateway's metadata as incoming metadata, and
 	// its deadline (Grpc-Timeout); no outgoing metadata.
 	sctx := ctx
+	cancelDeadline := context.CancelFunc(func() {})
 	if d, ok := actx.Deadline(); ok {
-		var cancelDeadline context.CancelFunc
 		sctx, cancelDeadline = context.WithDeadline(sctx, d)
-		defer cancelDeadline()
 	}
 	if md, ok := metadata.FromOutgoingContext(actx); ok {
 		sctx = metadata.NewIncomingContext(sctx, md)
@@ -194,9 +215,10 @@ func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nati
 	s := &sseStream{w: w, rc: http.NewResponseController(w), m: a.sse, req: req,
 		heartbeat: a.heartbeat, last: time.Now(), frames: a.frames}
 	s.ctx = context.WithValue(sctx, sseStreamKey{}, s)
-	defer func() { s.shared.leave() }() // joined on the first event
-	err = a.intercept.run(a.agent, s, route.info, route.handler)
-	s.finish(err)
+	return s, func() {
+		s.shared.leave() // joined on the first event
+		cancelDeadline()
+	}
 }
 
 type sseStreamKey struct{}
@@ -220,7 +242,8 @@ type sseStream struct {
 	heartbeat time.Duration
 	frames    *frameCache
 
-	committed bool      // the status line and headers are sent
+	committed bool      // the status line and headers are set
+	flushed   bool      // and written
 	last      time.Time // of the last write
 	buf       []byte    // the frames of a reader that shares none
 	ev        session.Event
@@ -291,11 +314,11 @@ func (s *sseStream) sessionFrame(e *session.Event) ([]byte, error) {
 		return f, nil
 	}
 	if !s.shared.active() {
-		frame, err := s.frame(s.buf[:0], eventToProto(*e))
+		frame, err := s.frame(s.buf[:0], eventToProto(e))
 		s.buf = frame
 		return frame, err
 	}
-	frame, err := s.frame(nil, eventToProto(*e))
+	frame, err := s.frame(nil, eventToProto(e))
 	if err == nil {
 		s.shared.store(e, frame)
 	}
@@ -320,6 +343,17 @@ func (s *sseStream) frame(dst []byte, ev *agentdv1.Event) ([]byte, error) {
 // the gateway wrote it: a frame longer than net/http's chunk buffer goes out
 // as the same two chunks.
 func (s *sseStream) write(p []byte, frame bool) error {
+	if !s.flushed {
+		// The first write sends the header too, and net/http's header
+		// writer takes about 4.5 KiB of stack: done on a goroutine of its
+		// own (the handler's waits for it, so the response is never used
+		// by two at once), the handler's goroutine, on which an idle
+		// stream waits for hours, keeps an 8 KiB stack instead of 16.
+		s.flushed = true
+		errc := make(chan error, 1)
+		go func() { errc <- s.write(p, frame) }()
+		return <-errc
+	}
 	if frame {
 		n := len(p) - len(sseDelimiter)
 		if _, err := s.w.Write(p[:n]); err != nil {
@@ -361,15 +395,15 @@ func (s *sseStream) ping() error {
 // No timer writes: the wait is a context deadline (its timer only cancels
 // the wait), and the ping is written here, by the handler's goroutine. The
 // wait derives from ctx, so it ends with forward at the latest.
-func (s *sseStream) pinging(sub *session.Subscription) func(context.Context) (session.Event, error) {
+func (s *sseStream) pinging(sub *session.Subscription) func(context.Context) (*session.Event, error) {
 	var wait context.Context
 	var stop context.CancelFunc
-	return func(ctx context.Context) (session.Event, error) {
+	return func(ctx context.Context) (*session.Event, error) {
 		for {
 			if wait == nil {
 				wait, stop = context.WithDeadline(ctx, s.last.Add(s.heartbeat))
 			}
-			e, err := sub.Next(wait)
+			e, err := sub.NextRef(wait)
 			if err == nil {
 				return e, nil
 			}
@@ -384,7 +418,7 @@ func (s *sseStream) pinging(sub *session.Subscription) func(context.Context) (se
 			// of silence.
 			if time.Since(s.last) >= s.heartbeat {
 				if err := s.ping(); err != nil {
-					return session.Event{}, err
+					return nil, err
 				}
 			}
 		}

@@ -55,11 +55,13 @@ type webAPI struct {
 	next      http.Handler // the gateway, SSE headers set
 
 	// The native SSE routes (sse_stream.go).
-	sse        *sseMarshaler // the gateway's SSE marshaler
-	agent      *agentService
-	intercept  streamChain // the gRPC server's stream interceptors
-	frames     *frameCache
-	viaGateway func(*http.Request) bool // tests and benchmarks: serve r's stream through the gateway
+	sse   *sseMarshaler // the gateway's SSE marshaler
+	agent *agentService
+	// The native routes' handlers, within the gRPC server's stream
+	// interceptors.
+	promptHandler, eventsHandler grpc.StreamHandler
+	frames                       *frameCache
+	viaGateway                   func(*http.Request) bool // tests and benchmarks: serve r's stream through the gateway
 }
 
 // webAPI wraps the gateway gw for browsers; sse is its SSE marshaler.
@@ -68,7 +70,9 @@ func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
 	_, jsonOut := runtime.MarshalerForRequest(gw, &http.Request{Header: http.Header{}})
 	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: s.tickets,
 		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{},
-		sse: sse, agent: s.agent, intercept: s.streamInterceptors, frames: newFrameCache(), viaGateway: s.sseViaGateway}
+		sse: sse, agent: s.agent, frames: newFrameCache(), viaGateway: s.sseViaGateway,
+		promptHandler: s.streamInterceptors.bind(promptRoute.info, promptRoute.handler),
+		eventsHandler: s.streamInterceptors.bind(eventsRoute.info, eventsRoute.handler)}
 	if s.noSharedFrames {
 		a.frames = nil
 	}
@@ -101,8 +105,48 @@ func grantMetadata(_ context.Context, r *http.Request) metadata.MD {
 type grantCtxKey struct{}
 
 func (a *webAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The routing runs in a call of its own, so that its frame is gone
+	// while a stream is served: an idle SSE reader's goroutine then fits
+	// in a smaller stack.
+	rt := a.route(w, r)
+	switch rt.kind {
+	case routeDone:
+	case routeStart:
+		a.startPrompt(w, rt.r, rt.id)
+	case routePrompt:
+		a.servePrompt(w, rt.r, rt.inbound, rt.id)
+	case routeEvents:
+		a.serveEvents(w, rt.r, rt.id)
+	default:
+		a.next.ServeHTTP(w, rt.r)
+	}
+}
+
+// routeKind is how ServeHTTP serves a request.
+type routeKind int
+
+const (
+	routeGateway routeKind = iota // a.next: the gateway
+	routeDone                     // answered already (CORS preflight, an error)
+	routeStart                    // POST …:prompt?stream=false: start and answer
+	routePrompt                   // POST …:prompt as a native event stream
+	routeEvents                   // GET …/events as a native event stream
+)
+
+type webRoute struct {
+	kind    routeKind
+	r       *http.Request
+	id      string
+	inbound runtime.Marshaler
+}
+
+// route checks r (CORS, stream tickets, grants) and decides how it is
+// served.
+//
+//go:noinline
+func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 	if a.cors(w, r) {
-		return
+		return webRoute{kind: routeDone}
 	}
 	// Only this handler hands out grants.
 	for k := range r.Header {
@@ -116,12 +160,12 @@ func (a *webAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if q.Has("ticket") {
 		if !isEvents {
 			a.fail(w, r, status.Error(codes.Unauthenticated, "a stream ticket is accepted only on GET /v1/sessions/{session_id}/events"))
-			return
+			return webRoute{kind: routeDone}
 		}
 		tenant, err := a.tickets.verify(ticketParam(q), eventsID)
 		if err != nil {
 			a.fail(w, r, status.Error(codes.Unauthenticated, err.Error()))
-			return
+			return webRoute{kind: routeDone}
 		}
 		q.Del("ticket")
 		r = withQuery(r.WithContext(context.WithValue(r.Context(), grantCtxKey{}, makeGrant(tenant, eventsID))), q)
@@ -133,28 +177,25 @@ func (a *webAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		start, err := promptStartWanted(r)
 		if err != nil {
 			a.fail(w, r, err)
-			return
+			return webRoute{kind: routeDone}
 		}
 		if q := r.URL.Query(); q.Has("stream") {
 			q.Del("stream")
 			r = withQuery(r, q)
 		}
 		if start {
-			a.startPrompt(w, r, id)
-			return
+			return webRoute{kind: routeStart, r: r, id: id}
 		}
 		if inbound, ok := a.nativeSSE(r); ok {
-			a.servePrompt(w, r, inbound, id)
-			return
+			return webRoute{kind: routePrompt, r: r, id: id, inbound: inbound}
 		}
 	}
 	if isEvents {
 		if _, ok := a.nativeSSE(r); ok {
-			a.serveEvents(w, r, eventsID)
-			return
+			return webRoute{kind: routeEvents, r: r, id: eventsID}
 		}
 	}
-	a.next.ServeHTTP(w, r)
+	return webRoute{kind: routeGateway, r: r}
 }
 
 // ticketParam is the one ticket of a query ("" when repeated: refused).

@@ -238,6 +238,21 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 	return e, nil
 }
 
+// NextRef is Next without the copy: the event it points to stays valid
+// until the next call (a reader forwarding events keeps its stack small:
+// an Event is several hundred bytes).
+func (s *Subscription) NextRef(ctx context.Context) (*Event, error) {
+	for len(s.buf) == 0 {
+		if err := s.fill(ctx); err != nil {
+			return nil, err
+		}
+	}
+	e := &s.buf[0]
+	s.buf = s.buf[1:]
+	s.after = e.Seq
+	return e, nil
+}
+
 // fill copies every held event after the cursor, or waits for one.
 func (s *Subscription) fill(ctx context.Context) error {
 	l := s.log
