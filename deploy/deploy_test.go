@@ -67,7 +67,7 @@ var targetLabels = map[string]bool{
 // values come from a closed set.
 var agentdLabels = map[string]bool{
 	"provider": true, "model": true, "class": true, "outcome": true, "source": true,
-	"reason": true, "role": true, "status": true, "backend": true, "op": true,
+	"reason": true, "role": true, "status": true, "backend": true, "op": true, "component": true,
 }
 
 // unboundedLabels must never be metric labels: their values are unbounded
@@ -89,7 +89,7 @@ var requiredDashboardMetrics = []string{
 	"agentd_provider_errors_total", "agentd_sessions_active", "agentd_prompts_total",
 	"agentd_prompt_duration_seconds", "agentd_event_subscribers", "agentd_events_dropped_total",
 	"agentd_credstore_operations_total", "agentd_credstore_errors_total", "agentd_store_degraded",
-	"grpc_server_handled_total", "grpc_server_handling_seconds",
+	"agentd_redis_round_trips_total", "grpc_server_handled_total", "grpc_server_handling_seconds",
 }
 
 // requiredAlerts are the alerts issue 7 asks for.
@@ -582,10 +582,11 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 	// Label values: from the closed sets, never free text.
 	safe := regexp.MustCompile(`^[A-Za-z0-9_.:/+-]{0,100}$`)
 	closed := map[string][]string{
-		"provider": append(res.opts.Providers, metrics.Other),
-		"model":    append(res.opts.Models, metrics.Other),
-		"role":     append(res.opts.Roles, metrics.Other, "default"),
-		"backend":  res.opts.Backends,
+		"provider":  append(res.opts.Providers, metrics.Other),
+		"model":     append(res.opts.Models, metrics.Other),
+		"role":      append(res.opts.Roles, metrics.Other, "default"),
+		"backend":   res.opts.Backends,
+		"component": metrics.RedisComponents,
 	}
 	for _, fam := range res.families {
 		for _, s := range fam.series {

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/redistest"
 )
 
@@ -105,6 +108,34 @@ func TestRedisCalls(t *testing.T) {
 	}
 }
 
+// The Redis round trips come from agentd's /metrics, by component.
+func TestParseCounters(t *testing.T) {
+	const page = `# HELP agentd_redis_round_trips_total Round trips to Redis.
+# TYPE agentd_redis_round_trips_total counter
+agentd_redis_round_trips_total{component="cooldowns"} 3
+agentd_redis_round_trips_total{component="credentials"} 1.5e+06
+agentd_redis_round_trips_total{component="other",x="a\\\"b}"} 7 1700000000000
+agentd_redis_round_trips_total_more{component="sessions"} 99
+agentd_redis_round_trip_seconds_bucket{component="sessions",le="0.001"} 5
+agentd_redis_round_trips_total{component="sessions"} 42
+`
+	got, err := parseCounters(strings.NewReader(page), "agentd_redis_round_trips_total", "component")
+	want := map[string]float64{"cooldowns": 3, "credentials": 1.5e6, "other": 7, "sessions": 42}
+	if err != nil || !maps.Equal(got, want) {
+		t.Fatalf("parseCounters = %v, %v; want %v", got, err, want)
+	}
+	if _, err := parseCounters(strings.NewReader("# TYPE agentd_x counter\n"), "agentd_redis_round_trips_total", "component"); !errors.Is(err, errNoMetric) {
+		t.Fatalf("parseCounters of a page without the metric: %v", err)
+	}
+	if v := labelValue(`a="x,y",component="cred\"s\\"`, "component"); v != `cred"s\` {
+		t.Fatalf("labelValue = %q", v)
+	}
+	// The bench reads the components agentd counts.
+	if !slices.Equal(rtComponents, metrics.RedisComponents) {
+		t.Fatalf("rtComponents %v, agentd counts %v", rtComponents, metrics.RedisComponents)
+	}
+}
+
 func TestLoopbackIP(t *testing.T) {
 	if ip := loopbackIP(0); ip.String() != "127.0.0.2" {
 		t.Fatalf("loopbackIP(0) = %s", ip)
@@ -123,7 +154,10 @@ func TestMarkdownAndTargets(t *testing.T) {
 			"max_rate.le_10ms": 100, "concurrency_max.le_10ms": 1200}}},
 		"idle-memory": {Rounds: []Metrics{{}}, Errors: []string{"round 1: boom"}},
 		"fanout":      {Rounds: []Metrics{{"n100.last.p99": 4, "n100.nostall.last.p99": 4.1, "stall_effect.p99_ms": -0.1, "n100.cpu_us_per_chunk_per_sub": 50}}},
-		"retry":       {Rounds: []Metrics{{"redis.happy.redis_trips_per_prompt": 0, "redis.rotation.redis_trips_per_attempt": 2}}},
+		"retry": {Rounds: []Metrics{{"redis.happy.cpu_us_per_prompt": 100, "redis.happy.rt_total_per_prompt": 15,
+			"redis.happy.rt_credentials_per_prompt": 0, "redis.happy.rt_sessions_per_prompt": 14.5,
+			"redis.rotation.cpu_us_per_prompt": 200, "redis.rotation.rt_total_per_prompt": 19, "redis.rotation.rt_credentials_per_attempt": 2,
+			"redis.happy.redis_sent_per_prompt": 40}}},
 	}, GoBench: map[string]map[string]Agg{
 		"BenchmarkDecision/a": {"ns_op": {Median: 9000}, "allocs_op": {Median: 12}},
 		"BenchmarkDecision/b": {"ns_op": {Median: 12000}, "allocs_op": {Median: 31}},
@@ -163,7 +197,9 @@ func TestMarkdownAndTargets(t *testing.T) {
 		t.Errorf("target %q missing", name)
 	}
 	md := Markdown(res)
-	for _, s := range []string{"## Targets", "## overhead", "## capacity", "| 100 |", "## fanout", "## retry", "Decision/b", "boom"} {
+	for _, s := range []string{"## Targets", "## overhead", "## capacity", "| 100 |", "## fanout", "## retry", "Decision/b", "boom",
+		"| redis | happy path | 100 | – | – | – | 15.00 | – | 40.00 |", "| credentials / prompt | cooldowns / prompt | sessions / prompt | other / prompt |",
+		"| happy path | 0.00 | – | 14.50 | – |", "sessions 14.50 (by design)"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
 		}

@@ -262,6 +262,98 @@ func (a *Agentd) Gauge(ctx context.Context, name string) (float64, error) {
 	return 0, fmt.Errorf("metric %s not found", name)
 }
 
+// errNoMetric: the /metrics page has no sample of the metric (an agentd
+// without it, or a family without series, such as the Redis round trips on
+// the memory store).
+var errNoMetric = errors.New("metric not served")
+
+// Counters reads the samples of a metric family from agentd's /metrics,
+// keyed by the value of one label ("" when the sample lacks it).
+func (a *Agentd) Counters(ctx context.Context, name, label string) (map[string]float64, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.HTTP+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return parseCounters(resp.Body, name, label)
+}
+
+// parseCounters reads the samples of metric name from the Prometheus text
+// format, keyed by the value of label: lines such as
+//
+//	agentd_redis_round_trips_total{component="sessions"} 42
+func parseCounters(r io.Reader, name, label string) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		var key string
+		if rest[0] == '{' {
+			end := strings.LastIndexByte(rest, '}')
+			if end < 0 {
+				return nil, fmt.Errorf("%s: malformed sample %q", name, sc.Text())
+			}
+			key = labelValue(rest[1:end], label)
+			rest = rest[end+1:]
+		}
+		fields := strings.Fields(rest) // value [timestamp]
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("%s: malformed sample %q", name, sc.Text())
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[key] += v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: %w", name, errNoMetric)
+	}
+	return out, nil
+}
+
+// labelValue finds label's value in a sample's label pairs
+// (a="x",b="y"), undoing the text format's escapes.
+func labelValue(pairs, label string) string {
+	for pairs != "" {
+		k, rest, ok := strings.Cut(pairs, "=\"")
+		if !ok {
+			return ""
+		}
+		var v strings.Builder
+		i := 0
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			if rest[i] == '\\' && i+1 < len(rest) {
+				i++
+				switch rest[i] {
+				case 'n':
+					v.WriteByte('\n')
+				default:
+					v.WriteByte(rest[i])
+				}
+				continue
+			}
+			v.WriteByte(rest[i])
+		}
+		if strings.TrimSpace(k) == label {
+			return v.String()
+		}
+		pairs = strings.TrimPrefix(strings.TrimLeft(rest[min(i+1, len(rest)):], " "), ",")
+	}
+	return ""
+}
+
 func getJSON(ctx context.Context, u string, v any) error {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	resp, err := http.DefaultClient.Do(req)

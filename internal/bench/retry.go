@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,9 +45,14 @@ func retryParamsFor(quick bool) retryParams {
 //   - fallback: "[[faults: 529,ok]]" on sessions whose role falls back to a
 //     second provider: a cooldown, a model switch, the retry there.
 //
-// Redis commands per prompt come from INFO commandstats around each phase,
-// less the background rate (the credential store's sync) measured while
-// agentd is idle.
+// On Redis, the round trips per prompt come from agentd's own
+// agentd_redis_round_trips_total, by component (credentials, cooldowns,
+// sessions, other), scraped around each phase: a command, a script run or a
+// whole pipeline is one round trip. Besides, the commands clients sent
+// (MONITOR: every pipelined command counts) and the commands Redis ran
+// (INFO commandstats: those Lua scripts ran included). All three less the
+// background (the credential store's sync, the sessions' upkeep) measured
+// while agentd is idle.
 func runRetry(ctx context.Context, e *Env, round int) (Metrics, error) {
 	p := retryParamsFor(e.Cfg.Quick)
 	m := Metrics{}
@@ -96,16 +102,29 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 	if !useRedis {
 		redis = nil
 	}
-	// The background: Redis commands and round trips per second while
-	// agentd idles (the credential store's sync).
-	var bgRate, bgTripRate float64
+	// The background: Redis commands, commands sent and round trips per
+	// second while agentd idles (the credential store's sync).
+	var bgRate, bgSentRate float64
 	var mon *Monitor
+	var rt *roundTrips
 	if redis != nil {
 		var err error
 		if mon, err = redis.Monitor(); err != nil {
 			return err
 		}
 		defer mon.Close()
+		if rt, err = newRoundTrips(ctx, a); err != nil {
+			e.Note("retry", "%s: no Redis round trips from agentd's /metrics: %v", store, err)
+			rt = nil
+		}
+		// Scrape first: the scrape's own commands stay out of MONITOR's
+		// and INFO's counts.
+		var rt0 map[string]float64
+		if rt != nil {
+			if rt0, err = rt.read(ctx); err != nil {
+				return err
+			}
+		}
 		c0, err := redis.CommandStats()
 		if err != nil {
 			return err
@@ -122,12 +141,23 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 			return err
 		}
 		top1, _ := mon.Counts()
+		el := time.Since(t0)
+		if rt != nil {
+			rt1, err := rt.read(ctx)
+			if err != nil {
+				return err
+			}
+			rt.setBackground(rt0, rt1, el)
+			for _, c := range rtComponents {
+				m[store+".rt_background_"+c+"_per_s"] = rt.bg[c]
+				m[store+".rt_scrape_"+c] = rt.cost[c]
+			}
+		}
 		n, _ := redisCalls(c0, c1)
-		el := time.Since(t0).Seconds()
-		bgRate = float64(n) / el
-		bgTripRate = float64(sum(top1)-sum(top0)) / el
+		bgRate = float64(n) / el.Seconds()
+		bgSentRate = float64(sum(top1)-sum(top0)) / el.Seconds()
 		m[store+".redis_background_cmds_per_s"] = bgRate
-		m[store+".redis_background_trips_per_s"] = bgTripRate
+		m[store+".redis_background_sent_per_s"] = bgSentRate
 	}
 	fallback := &agentdv1.CreateSessionRequest{Model: "mock/claude-bench", Retry: &agentdv1.RetrySettings{
 		FallbackChains: map[string]*agentdv1.ModelChain{"default": {Models: []string{"backup/claude-backup"}}},
@@ -158,7 +188,13 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 			return fmt.Errorf("%s: create sessions: %w", ph.name, err)
 		}
 		var cmd0, top0 map[string]int64
+		var rt0 map[string]float64
 		if redis != nil {
+			if rt != nil { // first: see above
+				if rt0, err = rt.read(ctx); err != nil {
+					return err
+				}
+			}
 			if cmd0, err = redis.CommandStats(); err != nil {
 				return err
 			}
@@ -215,20 +251,34 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 				return err
 			}
 			top1, _ := mon.Counts()
+			if rt != nil {
+				rt1, err := rt.read(ctx)
+				if err != nil {
+					return err
+				}
+				total := 0.0
+				for c, v := range rt.net(rt0, rt1, dur) {
+					m[k+".rt_"+c+"_per_prompt"] = v / n
+					per[ph.name+".rt_"+c] = v / n
+					total += v / n
+				}
+				m[k+".rt_total_per_prompt"] = total
+				per[ph.name+".rt_total"] = total
+			}
 			total, _ := redisCalls(cmd0, cmd1)
 			net := float64(total) - bgRate*dur.Seconds()
 			m[k+".redis_cmds_per_prompt"] = max(net, 0) / n
 			per[ph.name+".redis"] = m[k+".redis_cmds_per_prompt"]
-			trips, by := redisCalls(top0, top1)
-			m[k+".redis_trips_per_prompt"] = max(float64(trips)-bgTripRate*dur.Seconds(), 0) / n
-			per[ph.name+".trips"] = m[k+".redis_trips_per_prompt"]
+			sent, by := redisCalls(top0, top1)
+			m[k+".redis_sent_per_prompt"] = max(float64(sent)-bgSentRate*dur.Seconds(), 0) / n
+			per[ph.name+".sent"] = m[k+".redis_sent_per_prompt"]
 			var parts []string
 			for name, v := range by {
 				parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(v)/n))
 			}
 			sort.Strings(parts)
 			if round == 1 {
-				e.Note("retry", "%s %s, round 1: Redis round trips per prompt (background included): %s", store, ph.name, strings.Join(parts, ", "))
+				e.Note("retry", "%s %s, round 1: Redis commands sent per prompt (MONITOR, background included): %s", store, ph.name, strings.Join(parts, ", "))
 			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -246,10 +296,75 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 		m[k+".events_per_attempt"] = (per[ph.name+".events"] - per["happy.events"]) / float64(ph.attempts)
 		if useRedis {
 			m[k+".redis_cmds_per_attempt"] = (per[ph.name+".redis"] - per["happy.redis"]) / float64(ph.attempts)
-			m[k+".redis_trips_per_attempt"] = (per[ph.name+".trips"] - per["happy.trips"]) / float64(ph.attempts)
+			m[k+".redis_sent_per_attempt"] = (per[ph.name+".sent"] - per["happy.sent"]) / float64(ph.attempts)
+			if rt != nil {
+				for _, c := range append(slices.Clone(rtComponents), "total") {
+					m[k+".rt_"+c+"_per_attempt"] = (per[ph.name+".rt_"+c] - per["happy.rt_"+c]) / float64(ph.attempts)
+				}
+			}
 		}
 	}
 	return nil
+}
+
+// rtComponents are the components agentd counts its Redis round trips by
+// (the values of agentd_redis_round_trips_total's component label,
+// metrics.RedisComponents).
+var rtComponents = []string{"credentials", "cooldowns", "sessions", "other"}
+
+// roundTrips reads agentd's Redis round trips by component from its
+// /metrics. A scrape costs round trips of its own — the handler refreshes
+// the store gauges first (the credentials' list, the cooldowns) — and
+// serves them in its own values: the difference of two scrapes holds one
+// scrape's cost, which is subtracted.
+type roundTrips struct {
+	a    *Agentd
+	cost map[string]float64 // one scrape's round trips
+	bg   map[string]float64 // round trips per second while agentd idles
+}
+
+// newRoundTrips measures a scrape's cost: the least difference between
+// consecutive scrapes (the background seldom falls between two).
+func newRoundTrips(ctx context.Context, a *Agentd) (*roundTrips, error) {
+	r := &roundTrips{a: a, cost: map[string]float64{}, bg: map[string]float64{}}
+	prev, err := r.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range 4 {
+		cur, err := r.read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range rtComponents {
+			if d := cur[c] - prev[c]; i == 0 || d < r.cost[c] {
+				r.cost[c] = d
+			}
+		}
+		prev = cur
+	}
+	return r, nil
+}
+
+func (r *roundTrips) read(ctx context.Context) (map[string]float64, error) {
+	return r.a.Counters(ctx, "agentd_redis_round_trips_total", "component")
+}
+
+// setBackground sets the idle rate from two scrapes el apart.
+func (r *roundTrips) setBackground(before, after map[string]float64, el time.Duration) {
+	for c, v := range r.net(before, after, 0) {
+		r.bg[c] = v / el.Seconds()
+	}
+}
+
+// net is the round trips by component between two scrapes dur apart, less
+// the later scrape's own and the background.
+func (r *roundTrips) net(before, after map[string]float64, dur time.Duration) map[string]float64 {
+	out := make(map[string]float64, len(rtComponents))
+	for _, c := range rtComponents {
+		out[c] = max(after[c]-before[c]-r.cost[c]-r.bg[c]*dur.Seconds(), 0)
+	}
+	return out
 }
 
 // benchLineRE is one result line of `go test -bench -benchmem`.

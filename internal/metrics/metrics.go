@@ -1,8 +1,9 @@
 // Package metrics is agentd's Prometheus instrumentation: it implements the
 // session engine's Observer and exposes the retry, backoff, credential,
 // fallback, provider, prompt and event-stream metrics on an injected
-// registry. Every label takes its values from a closed set (unknown values
-// become "other") and every series starts at 0.
+// registry, and counts the round trips to Redis of the shared stores (a
+// go-redis hook, RedisHook). Every label takes its values from a closed set
+// (unknown values become "other") and every series starts at 0.
 package metrics
 
 import (
@@ -41,6 +42,8 @@ var (
 	BlockReasons = []string{"hint", "estimate"}
 	// StoreOps are the credential-store operations.
 	StoreOps = []string{"pick", "block", "redeem", "add", "delete", "list"}
+	// RedisComponents are the parts of agentd a Redis round trip serves.
+	RedisComponents = []string{ComponentCredentials, ComponentCooldowns, ComponentSessions, Other}
 )
 
 // Options give the closed label sets that depend on the configuration.
@@ -48,7 +51,7 @@ type Options struct {
 	Providers []string // configured provider names
 	Models    []string // provider/model references that may appear (configured models, chain entries)
 	Roles     []string // fallback roles (chain keys; "default" is always there)
-	Backends  []string // credential-store backends ("memory", "redis")
+	Backends  []string // credential-store backends ("memory", "redis"); with "redis" the Redis round-trip series start at 0
 }
 
 // Metrics holds every collector.
@@ -78,6 +81,9 @@ type Metrics struct {
 	StoreErrors        *prometheus.CounterVec
 	StoreDegraded      prometheus.Gauge
 	Takeovers          *prometheus.CounterVec
+	RedisRoundTrips    *prometheus.CounterVec
+	RedisRoundTripTime *prometheus.HistogramVec
+	RedisErrors        *prometheus.CounterVec
 }
 
 var _ session.Observer = (*Metrics)(nil)
@@ -141,6 +147,15 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		Takeovers: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "session_takeovers_total",
 			Help: "Running prompts that changed replica, by outcome: resumed (a lost replica's retry resumed here), ended (a lost replica's prompt ended here), handed_over (a retry in backoff handed to the others at shutdown), lease_lost (a prompt stopped here when its lease was lost)."},
 			[]string{"outcome"}),
+		RedisRoundTrips: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_round_trips_total",
+			Help: "Round trips to Redis (a command, a script run, or a whole pipeline), by the component whose key they touch."},
+			[]string{"component"}),
+		RedisRoundTripTime: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "redis_round_trip_seconds",
+			Help:    "Duration of round trips to Redis, by the component whose key they touch.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}}, []string{"component"}),
+		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",
+			Help: "Round trips to Redis that failed (neither a nil reply nor an error go-redis recovers from, such as NOSCRIPT), by the component whose key they touch."},
+			[]string{"component"}),
 	}
 	m.initialize()
 	return m
@@ -195,6 +210,13 @@ func (m *Metrics) initialize() {
 		for _, op := range StoreOps {
 			m.StoreOperations.WithLabelValues(b, op)
 			m.StoreErrors.WithLabelValues(b, op)
+		}
+	}
+	if slices.Contains(m.opts.Backends, "redis") {
+		for _, c := range RedisComponents {
+			m.RedisRoundTrips.WithLabelValues(c)
+			m.RedisRoundTripTime.WithLabelValues(c)
+			m.RedisErrors.WithLabelValues(c)
 		}
 	}
 }

@@ -30,6 +30,8 @@ func (s *Server) openStores(ctx context.Context) error {
 			Addrs: strings.Split(r.Addr, ","),
 			DB:    r.DB,
 		}, timeout))
+		// Every round trip of the three stores, by component.
+		s.redis.AddHook(s.metrics.RedisHook(r.KeyPrefix))
 		st, err := credstore.NewRedis(s.redis, credstore.RedisOptions{
 			KeyPrefix:    r.KeyPrefix,
 			Timeout:      timeout,
