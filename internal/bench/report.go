@@ -203,7 +203,9 @@ func evaluateTargets(r *Result) []Target {
 	add("Redis round trips per prompt, happy path", "0", r.med("retry", "redis.happy.rt_credentials_per_prompt"), le(0.05), "%.2f",
 		"the credential store's, from agentd_redis_round_trips_total, background subtracted; besides, sessions "+rt("happy", "sessions", "prompt")+
 			" (by design), cooldowns "+rt("happy", "cooldowns", "prompt")+", other "+rt("happy", "other", "prompt")+" per prompt")
-	add("Redis round trips per credential rotation", "≤ 1", r.med("retry", "redis.rotation.rt_credentials_per_attempt"), le(1), "%.2f",
+	// Both with the happy path's allowance of 0.05 for what the background's
+	// subtraction leaves (round trips are whole, their averages not).
+	add("Redis round trips per credential rotation", "≤ 1", r.med("retry", "redis.rotation.rt_credentials_per_attempt"), le(1.05), "%.2f",
 		"the credential store's: the rotation prompt's less a happy prompt's; besides, sessions "+rt("rotation", "sessions", "attempt")+
 			" more than a happy prompt's ("+rt("rotation", "sessions", "prompt")+" per rotation prompt)")
 	return ts
