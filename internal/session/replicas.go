@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -329,8 +328,9 @@ func (s *Session) setAutoRetryShared(ctx context.Context, enabled bool) error {
 // acquireLocked takes the session's lease for a prompt, records the run
 // and brings the working copy up to date with the store: one round trip
 // (Shared.Start) when the session is free.
-func (s *Session) acquireLocked(ctx context.Context, promptID string) error {
-	res, err := s.tryStart(ctx, Run{PromptID: promptID, Replica: s.m.opts.Shared.ReplicaID()})
+func (s *Session) acquireLocked(ctx context.Context, promptID string, user provider.Message) error {
+	first := &Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: user}
+	res, err := s.tryStart(ctx, Run{PromptID: promptID, Replica: s.m.opts.Shared.ReplicaID()}, first)
 	switch {
 	case err != nil:
 		return unavailable("take the session's lease", err)
@@ -345,6 +345,11 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string) error {
 		s.abandonRun()
 		return err
 	}
+	// The user message, stored by Start at the end of the history it read.
+	idx := int64(res.Record.MessageCount)
+	s.entries = res.Record.MessageCount + 1
+	s.context = append(s.context, user)
+	s.ctxIndex = append(s.ctxIndex, idx)
 	s.m.register(s)
 	return nil
 }
@@ -352,13 +357,13 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string) error {
 // tryStart starts the run (Shared.Start). A lease whose run is ending (its
 // prompt_end is going out, the holder is about to release it), or is not
 // recorded yet, is waited for briefly.
-func (s *Session) tryStart(ctx context.Context, run Run) (StartResult, error) {
+func (s *Session) tryStart(ctx context.Context, run Run, first *Entry) (StartResult, error) {
 	sh := s.m.opts.Shared
 	ttl := s.m.leaseTTL()
 	wait := time.Millisecond
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		res, err := sh.Start(ctx, s.id, ttl, run)
+		res, err := sh.Start(ctx, s.id, ttl, run, first)
 		if err != nil || res.Started || !res.Found {
 			return res, err
 		}
@@ -407,7 +412,9 @@ func (s *Session) applyLocked(ctx context.Context, rec Record) error {
 	sh := s.m.opts.Shared
 	s.setMutableLocked(rec.Mutable)
 	if s.ctxEntries != rec.MessageCount {
-		entries, total, err := sh.List(ctx, s.id, 0, math.MaxInt32)
+		// Up to the record's count: Start may have appended the prompt's
+		// user message after it read the count.
+		entries, _, err := sh.List(ctx, s.id, 0, rec.MessageCount)
 		if err != nil {
 			return unavailable("load history", err)
 		}
@@ -423,8 +430,8 @@ func (s *Session) applyLocked(ctx context.Context, rec Record) error {
 			s.context = append(s.context, e.Message)
 			s.ctxIndex = append(s.ctxIndex, e.Index)
 		}
-		s.entries = total
-		s.ctxEntries = total
+		s.entries = rec.MessageCount
+		s.ctxEntries = rec.MessageCount
 	}
 	s.storedSeq = max(s.storedSeq, rec.LastSeq)
 	if s.log.lastSeq() < rec.LastSeq {

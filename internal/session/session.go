@@ -288,14 +288,15 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 		}
 	}()
 	promptID := newID("prm_")
+	user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
 	if s.m.opts.Shared != nil {
-		if err := s.acquireLocked(ctx, promptID); err != nil {
+		// The user message is stored with the lease, in one round trip.
+		if err := s.acquireLocked(ctx, promptID, user); err != nil {
 			return "", nil, err
 		}
 	}
 	sub, err := s.log.subscribe(s.log.lastSeq())
-	if err == nil {
-		user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
+	if err == nil && s.m.opts.Shared == nil {
 		if err = s.appendContextLocked(ctx, promptID, user); err != nil {
 			sub.Close()
 		}

@@ -52,11 +52,13 @@ type Shared interface {
 	Acquire(ctx context.Context, id string, ttl time.Duration) (ok bool, holder string, err error)
 	// Start begins a prompt here in one step: it takes the session's lease
 	// for ttl when no replica holds it (as Acquire), stores r as its run and
-	// adds the session to the running set (as SaveRun), and returns the
-	// record (as Load). When the session has no record, or another replica
-	// holds the lease, nothing is taken (Found, Started and Holder say
-	// which).
-	Start(ctx context.Context, id string, ttl time.Duration, r Run) (StartResult, error)
+	// adds the session to the running set (as SaveRun), returns the record
+	// (as Load, MessageCount counting the entries before first), and
+	// appends first to the history when it is not nil (as Append; its
+	// index is MessageCount). When the session has no record, or another
+	// replica holds the lease, nothing is taken or written (Found, Started
+	// and Holder say which).
+	Start(ctx context.Context, id string, ttl time.Duration, r Run, first *Entry) (StartResult, error)
 	// Finish writes the mutable part of the record (as Save) and the run's
 	// state (as SaveRun, the session staying in the running set) at once.
 	Finish(ctx context.Context, id string, m Mutable, r Run) error

@@ -276,10 +276,11 @@ end
 return {0, redis.call('GET', KEYS[1]) or ''}
 `)
 	// KEYS[1] lease, [2] run, [3] meta, [4] history, [5] events; ARGV[1]
-	// replica, [2] ttl ms, [3] run JSON → {-1} when the session has no
-	// record (nothing changes), {0, holder} when another replica holds the
-	// lease, else {1, record, mutable, history length, newest event id}
-	// with the lease taken and the run stored.
+	// replica, [2] ttl ms, [3] run JSON, [4] the entry to append ("": none)
+	// → {-1} when the session has no record (nothing changes), {0, holder}
+	// when another replica holds the lease, else {1, record, mutable,
+	// history length before the entry, newest event id} with the lease
+	// taken, the run stored and the entry appended.
 	startScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[3], 'record') == 0 then
   return {-1}
@@ -292,7 +293,9 @@ local m = redis.call('HMGET', KEYS[3], 'record', 'mutable')
 local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
 local lastID = ''
 if #last > 0 then lastID = last[1][1] end
-return {1, m[1], m[2] or '', redis.call('LLEN', KEYS[4]), lastID}
+local n = redis.call('LLEN', KEYS[4])
+if ARGV[4] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[4]) end
+return {1, m[1], m[2] or '', n, lastID}
 `)
 	// KEYS[1] lease, ARGV[1] replica, ARGV[2] ttl ms → 1 when extended.
 	renewScript = redis.NewScript(`
@@ -643,26 +646,35 @@ func (r *Redis) Acquire(ctx context.Context, id string, ttl time.Duration) (bool
 }
 
 // Start implements session.Shared: one script on the session's slot takes
-// the lease, stores the run and reads the record, pipelined with the
+// the lease, stores the run, reads the record and appends the prompt's
+// first entry, pipelined with the
 // running set's SADD (another slot). When the script changed nothing (no
 // record, or another holder), that SADD leaves an id the janitor's sweep
 // drops (no holder, no run) or the holder's EndRun removes.
-func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run session.Run) (session.StartResult, error) {
+func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run session.Run, first *session.Entry) (session.StartResult, error) {
 	data, err := json.Marshal(run)
 	if err != nil {
 		return session.StartResult{}, fmt.Errorf("sessionstore: start %s: %w", id, err)
+	}
+	var entry []byte
+	if first != nil {
+		e := *first
+		e.Index = 0 // the list index is the truth (as Append)
+		if entry, err = json.Marshal(e); err != nil {
+			return session.StartResult{}, fmt.Errorf("sessionstore: start %s: %w", id, err)
+		}
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	pipe := r.c.Pipeline()
 	keys := []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "meta"), r.key(id, "history"), r.key(id, "events")}
-	script := startScript.EvalSha(ctx, pipe, keys, r.id, ttlMs(ttl), data)
+	script := startScript.EvalSha(ctx, pipe, keys, r.id, ttlMs(ttl), data, entry)
 	pipe.SAdd(ctx, r.runningKey(), id)
 	if _, err := pipe.Exec(ctx); err != nil && isNoScript(err) {
 		// The script is not cached on the server yet (a restart, a
 		// failover): load it, once, as Script.Run does.
 		pipe = r.c.Pipeline()
-		script = startScript.Eval(ctx, pipe, keys, r.id, ttlMs(ttl), data)
+		script = startScript.Eval(ctx, pipe, keys, r.id, ttlMs(ttl), data, entry)
 		pipe.SAdd(ctx, r.runningKey(), id)
 		_, err = pipe.Exec(ctx)
 		if err != nil {

@@ -936,11 +936,14 @@ func TestStartAndFinish(t *testing.T) {
 	b := newStore(t, c, Options{})
 	ctx := testCtx(t)
 
-	if res, err := a.Start(ctx, "ses_none", time.Minute, session.Run{PromptID: "p0", Replica: a.ReplicaID()}); err != nil || !reflect.DeepEqual(res, session.StartResult{}) {
+	if res, err := a.Start(ctx, "ses_none", time.Minute, session.Run{PromptID: "p0", Replica: a.ReplicaID()}, &session.Entry{PromptID: "p0"}); err != nil || !reflect.DeepEqual(res, session.StartResult{}) {
 		t.Fatalf("Start of a missing session = %+v, %v", res, err)
 	}
 	if h, _ := a.Holder(ctx, "ses_none"); h != "" {
 		t.Fatalf("a missing session got a lease held by %q", h)
+	}
+	if _, total, _ := a.List(ctx, "ses_none", 0, 0); total != 0 {
+		t.Fatalf("a missing session got %d entries", total)
 	}
 	if _, ok, _ := a.LoadRun(ctx, "ses_none"); ok {
 		t.Fatal("a missing session got a run")
@@ -964,9 +967,17 @@ func TestStartAndFinish(t *testing.T) {
 
 	must(t, c.ScriptFlush(ctx).Err())
 	run := session.Run{PromptID: "p1", Replica: a.ReplicaID()}
-	res, err := a.Start(ctx, "ses_s", time.Minute, run)
+	first := session.Entry{Time: created, PromptID: "p1", Message: provider.Message{Role: provider.RoleUser,
+		Content: []provider.Block{{Type: provider.BlockText, Text: "the prompt"}}}}
+	res, err := a.Start(ctx, "ses_s", time.Minute, run, &first)
 	if err != nil || !res.Found || !res.Started || res.Holder != a.ReplicaID() || !reflect.DeepEqual(res.Record, want) {
 		t.Fatalf("Start = %+v, %v; want the record %+v", res, err, want)
+	}
+	// The entry went to the end of the history, after the count Start read.
+	entries, total, err := b.List(ctx, "ses_s", 3, 10)
+	if err != nil || total != 4 || len(entries) != 1 || entries[0].Index != 3 || entries[0].PromptID != "p1" ||
+		entries[0].Message.Content[0].Text != "the prompt" {
+		t.Fatalf("history after Start = %+v (%d), %v", entries, total, err)
 	}
 	if h, _ := b.Holder(ctx, "ses_s"); h != a.ReplicaID() {
 		t.Fatalf("holder = %q", h)
@@ -979,9 +990,12 @@ func TestStartAndFinish(t *testing.T) {
 	}
 
 	// Held by a: b's Start names a and changes nothing.
-	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()})
+	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, &first)
 	if err != nil || !res.Found || res.Started || res.Holder != a.ReplicaID() {
 		t.Fatalf("Start while held = %+v, %v", res, err)
+	}
+	if _, total, _ := b.List(ctx, "ses_s", 0, 0); total != 4 {
+		t.Fatalf("a Start that took nothing appended: %d entries", total)
 	}
 	if got, _, _ := b.LoadRun(ctx, "ses_s"); got != run {
 		t.Fatalf("run after another replica's Start = %+v", got)
@@ -1001,8 +1015,8 @@ func TestStartAndFinish(t *testing.T) {
 		t.Fatalf("run after Finish = %+v", got)
 	}
 	must(t, a.EndRun(ctx, "ses_s"))
-	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()})
-	if err != nil || !res.Started || res.Record.Model != "q/m2" {
+	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, nil)
+	if err != nil || !res.Started || res.Record.Model != "q/m2" || res.Record.MessageCount != 4 {
 		t.Fatalf("Start after EndRun = %+v, %v", res, err)
 	}
 }
