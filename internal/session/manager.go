@@ -123,10 +123,11 @@ type Manager struct {
 	baseCtx context.Context
 	stop    context.CancelFunc
 	runs    sync.WaitGroup
-	bg      sync.WaitGroup // mirrors and the janitor (shared store)
+	bg      sync.WaitGroup // pulls, the janitor and the mirrors' poller (shared store)
 
 	mu       sync.RWMutex
 	sessions map[string]*Session
+	followed map[*Session]struct{} // copies following the stored log (startMirror)
 	created  uint64
 	closed   bool
 }
@@ -160,7 +161,8 @@ func NewManager(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{}}
+	m := &Manager{opts: opts, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
+		followed: map[*Session]struct{}{}}
 	for _, p := range opts.Providers {
 		m.providers[p.Name] = p
 	}

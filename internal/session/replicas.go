@@ -59,10 +59,14 @@ func (m *Manager) leaseTTL() time.Duration {
 // startShared starts the control handler and the janitor.
 func (m *Manager) startShared() {
 	m.opts.Shared.Serve(m.handleControl)
-	m.bg.Add(1)
+	m.bg.Add(2)
 	go func() {
 		defer m.bg.Done()
 		m.janitor()
+	}()
+	go func() {
+		defer m.bg.Done()
+		m.pollMirrors()
 	}()
 }
 
@@ -149,7 +153,7 @@ func (m *Manager) evictIdle() {
 		if !s.mu.TryLock() {
 			continue
 		}
-		idle := !s.running && !s.mirroring && s.log.subscribers() == 0 && time.Since(s.lastUsed) > idleCopy
+		idle := !s.running && !s.following && !s.pulling && s.log.subscribers() == 0 && time.Since(s.lastUsed) > idleCopy
 		s.mu.Unlock()
 		if idle {
 			delete(m.sessions, id)
@@ -616,16 +620,66 @@ func (s *Session) pull(ctx context.Context) error {
 	}
 }
 
-// startMirror starts the goroutine that feeds this replica's copy of the
-// log while it has readers.
+// startMirror makes this replica's copy of the log follow the stored one
+// while it has readers: no goroutine of its own while nothing happens. A
+// notification (events stored by another replica) starts a pull, the
+// manager's poller pulls in case one was lost (every mirrorPoll while a
+// prompt is under way, every mirrorIdlePoll otherwise) and stops following
+// once the last reader left.
 func (s *Session) startMirror() {
 	s.mu.Lock()
-	if s.mirroring {
+	if s.following {
 		s.mu.Unlock()
 		return
 	}
+	s.following = true
+	s.lastPull = time.Now()
+	s.mu.Unlock()
+	stop := s.m.opts.Shared.Follow(s.id, s.notified)
+	s.mu.Lock()
+	if s.following {
+		s.stopFollow = stop
+		stop = nil
+	}
+	s.mu.Unlock()
+	if stop != nil {
+		// Removed meanwhile.
+		stop()
+		return
+	}
+	s.m.mu.Lock()
+	s.m.followed[s] = struct{}{}
+	s.m.mu.Unlock()
+}
+
+// notified is the store's notification: events stored by another replica,
+// or the session removed by one.
+func (s *Session) notified(removed bool) {
+	if !removed {
+		s.mu.Lock()
+		s.pullLocked()
+		s.mu.Unlock()
+		return
+	}
+	go func() {
+		s.stopFollowing(nil)
+		s.m.forget(s)
+	}()
+}
+
+// pullLocked starts a pull into the copy of the log, or has the one under
+// way go round again: not while the prompt runs here (the log is the
+// store's source then).
+func (s *Session) pullLocked() {
+	if !s.following || s.running {
+		return
+	}
+	if s.pulling {
+		s.pullAgain = true
+		return
+	}
 	// Counted under the manager's lock: Close, which waits for the
-	// mirrors, either sees this one or it does not start.
+	// pulls, either sees this one or it does not start.
 	s.m.mu.RLock()
 	closed := s.m.closed
 	if !closed {
@@ -633,68 +687,78 @@ func (s *Session) startMirror() {
 	}
 	s.m.mu.RUnlock()
 	if closed {
-		s.mu.Unlock()
 		return
 	}
-	s.mirroring = true
-	if s.mirrorKick == nil {
-		s.mirrorKick = make(chan struct{}, 1)
-	}
-	kick := s.mirrorKick
-	s.mu.Unlock()
-	signals, stop := s.m.opts.Shared.Follow(s.id)
+	s.pulling = true
 	go func() {
 		defer s.m.bg.Done()
-		defer stop()
-		s.mirror(signals, kick)
+		for {
+			ctx, cancel := context.WithTimeout(s.m.baseCtx, s.m.leaseTTL())
+			if err := s.pull(ctx); err != nil && s.m.baseCtx.Err() == nil {
+				s.m.log.Warn("events of another replica not read", "session", s.id, "err", err)
+			}
+			cancel()
+			s.mu.Lock()
+			s.lastPull = time.Now()
+			if !s.pullAgain || s.running || s.m.baseCtx.Err() != nil {
+				s.pulling, s.pullAgain = false, false
+				s.mu.Unlock()
+				return
+			}
+			s.pullAgain = false
+			s.mu.Unlock()
+		}
 	}()
 }
 
-// kick wakes it when a prompt of this replica's ends: notifications that
-// came while it ran were skipped.
-func (s *Session) mirror(signals <-chan struct{}, kick <-chan struct{}) {
-	poll := time.NewTimer(mirrorPoll)
-	defer poll.Stop()
+// stopFollowing ends the copy's following of the stored log, when only is
+// nil or is its stop function.
+func (s *Session) stopFollowing(only func()) {
+	s.mu.Lock()
+	stop := s.stopFollow
+	s.following, s.stopFollow = false, nil
+	s.mu.Unlock()
+	s.m.mu.Lock()
+	delete(s.m.followed, s)
+	s.m.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// pollMirrors is the manager's poller of the copies that follow a stored
+// log: it pulls what a lost notification would have announced, and stops
+// following for copies without readers.
+func (m *Manager) pollMirrors() {
+	t := time.NewTicker(mirrorPoll)
+	defer t.Stop()
+	var ss []*Session
 	for {
-		if s.log.lastType() == EventPromptEnd {
-			poll.Reset(mirrorIdlePoll)
-		} else {
-			poll.Reset(mirrorPoll)
-		}
 		select {
-		case _, ok := <-signals:
-			if !ok {
-				// Removed by another replica.
-				s.mu.Lock()
-				s.mirroring = false
-				s.mu.Unlock()
-				s.m.forget(s)
-				return
-			}
-		case <-poll.C:
-		case <-kick:
-		case <-s.m.baseCtx.Done():
+		case <-m.baseCtx.Done():
+			return
+		case <-t.C:
+		}
+		ss = ss[:0]
+		m.mu.RLock()
+		for s := range m.followed {
+			ss = append(ss, s)
+		}
+		m.mu.RUnlock()
+		for _, s := range ss {
 			s.mu.Lock()
-			s.mirroring = false
+			switch {
+			case !s.following || s.stopFollow == nil:
+				// Starting, or stopped.
+			case s.log.subscribers() == 0:
+				s.mu.Unlock()
+				s.stopFollowing(nil)
+				continue
+			case s.log.lastType() != EventPromptEnd || time.Since(s.lastPull) >= mirrorIdlePoll:
+				s.pullLocked()
+			}
 			s.mu.Unlock()
-			return
 		}
-		s.mu.Lock()
-		if s.log.subscribers() == 0 {
-			s.mirroring = false
-			s.mu.Unlock()
-			return
-		}
-		running := s.running
-		s.mu.Unlock()
-		if running {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(s.m.baseCtx, s.m.leaseTTL())
-		if err := s.pull(ctx); err != nil && s.m.baseCtx.Err() == nil {
-			s.m.log.Warn("events of another replica not read", "session", s.id, "err", err)
-		}
-		cancel()
 	}
 }
 
@@ -924,13 +988,8 @@ func (s *Session) handOver() {
 	s.releaseLease()
 }
 
-// kickMirrorLocked wakes the session's mirror, if any, after a prompt of
-// this replica's ended.
+// kickMirrorLocked pulls into a following copy after a prompt of this
+// replica's ended: notifications that came while it ran were skipped.
 func (s *Session) kickMirrorLocked() {
-	if s.mirrorKick != nil {
-		select {
-		case s.mirrorKick <- struct{}{}:
-		default:
-		}
-	}
+	s.pullLocked()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -631,5 +632,80 @@ func TestReplicasPromptOnStaleCopy(t *testing.T) {
 	}
 	if _, err := b.m.GetToPrompt(t.Context(), "t", s.ID()); !errors.Is(err, session.ErrNotFound) {
 		t.Fatalf("GetToPrompt after the failed prompt = %v; want ErrNotFound", err)
+	}
+}
+
+// Readers on a replica that does not run the session follow the stored
+// log without a goroutine per session: idle, they cost none; notifications
+// still bring each prompt's events; once the last reader left, the
+// replica stops following (its notify subscription goes).
+func TestReplicasIdleFollowersCostNoGoroutine(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second)
+	const n = 30
+	var ids []string
+	for range n {
+		s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID())
+	}
+	before := runtime.NumGoroutine()
+	var subs []*session.Subscription
+	for _, id := range ids {
+		sub, err := get(t, b.m, id).Subscribe(t.Context(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	// The pulls and subscriptions the readers started end at once.
+	eventually(t, func() bool { return runtime.NumGoroutine()-before < n/2 },
+		func() string {
+			return fmt.Sprintf("%d idle followers cost %d goroutines", n, runtime.NumGoroutine()-before)
+		})
+	// A prompt on A reaches B's reader.
+	_, asub, err := get(t, a.m, ids[7]).Prompt(t.Context(), "one two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, asub, session.EventPromptEnd)
+	asub.Close()
+	if evs := until(t, subs[7], session.EventPromptEnd); len(evs) < 5 {
+		t.Fatalf("B's reader got %d events", len(evs))
+	}
+	channels := func() int {
+		chs, err := b.client.PubSubChannels(t.Context(), "test:{ses_*}:notify").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(chs)
+	}
+	if c := channels(); c != n {
+		t.Fatalf("%d notify subscriptions for %d followed sessions", c, n)
+	}
+	for _, sub := range subs {
+		sub.Close()
+	}
+	// The poller stops following within a round or two (2 s each).
+	eventually(t, func() bool { return channels() == 0 },
+		func() string { return fmt.Sprintf("%d notify subscriptions left after the readers closed", channels()) })
+}
+
+// eventually waits for cond (checked on a short tick) for at most 15 s.
+func eventually(t *testing.T, cond func() bool, what func() string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatal(what())
+		case <-tick.C:
+		}
 	}
 }

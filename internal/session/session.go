@@ -42,17 +42,20 @@ type Session struct {
 
 	// With a shared store: the history indexes of the context's messages,
 	// the history length the context was built from (-1: never built
-	// here), the newest stored seq seen, and whether a mirror goroutine
-	// feeds the log from the store.
+	// here), the newest stored seq seen, and how the log follows the
+	// stored one while it has readers here (startMirror).
 	ctxIndex   []int64
 	ctxEntries int
 	storedSeq  uint64
-	mirroring  bool
+	following  bool       // notifications of the stored log are followed
+	stopFollow func()     // ends that
+	pulling    bool       // a pull goroutine runs
+	pullAgain  bool       // a notification came while it ran
+	lastPull   time.Time  // the copy was last brought up to date
 	pullMu     sync.Mutex // serialises pulls from the stored log
 	ending     bool       // prompt_end is out; the run is storing its last events
 	handoff    bool       // the run stops, to be resumed by another replica
 	lastUsed   time.Time  // this replica's copy was last looked up (shared store)
-	mirrorKick chan struct{}
 
 	// The running prompt.
 	running    bool
@@ -409,9 +412,11 @@ func (s *Session) run(ctx context.Context, gen uint64, promptID string, res *res
 		s.releaseAfterFlush()
 		s.mu.Lock()
 		s.ending = false
-		s.kickMirrorLocked()
 	}
 	s.running, s.cancelRun, s.promptID = false, nil, ""
+	if shared {
+		s.kickMirrorLocked()
+	}
 	close(s.runDone)
 	s.mu.Unlock()
 }

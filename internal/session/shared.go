@@ -95,12 +95,11 @@ type Shared interface {
 	// after, in order. A first event whose seq is beyond after+1 means the
 	// ones in between were trimmed.
 	Events(ctx context.Context, id string, after uint64, count int) ([]Event, error)
-	// Follow delivers a signal (non-blocking, coalesced) on the returned
-	// channel whenever another replica stores events of the session; the
-	// channel is closed when the session is removed. stop ends it. At most
-	// one follower per id at a time.
-	Follow(id string) (signals <-chan struct{}, stop func())
-
+	// Follow calls notify(false) whenever another replica stores events of
+	// the session, and notify(true) once when the session is removed;
+	// notify must not block (it runs on the store's reader). stop ends it.
+	// At most one follower per id at a time.
+	Follow(id string, notify func(removed bool)) (stop func())
 	// Call sends a control message to replica and waits for its reply, or
 	// for ctx. It fails with ErrNoReplica when no replica by that name
 	// listens.

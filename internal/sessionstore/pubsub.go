@@ -16,7 +16,7 @@ type handlerFunc = func(ctx context.Context, c session.Control) session.Reply
 
 // follower is the registration of a Follow call.
 type follower struct {
-	ch chan struct{} // cap 1; closed when the session is removed
+	notify func(removed bool)
 }
 
 // envelope is a message on a control channel: a request (Control set) or
@@ -58,19 +58,19 @@ func (r *Redis) confirmed(channel string) {
 }
 
 func (r *Redis) onNotify(channel, payload string) {
+	if payload == r.id {
+		return
+	}
 	r.pmu.Lock()
-	defer r.pmu.Unlock()
 	f := r.follows[channel]
-	switch {
-	case f == nil, payload == r.id:
-	case payload == deletedPayload:
-		close(f.ch)
+	removed := payload == deletedPayload
+	if f != nil && removed {
 		delete(r.follows, channel)
-	default:
-		select {
-		case f.ch <- struct{}{}:
-		default:
-		}
+	}
+	r.pmu.Unlock()
+	// Outside the lock: a follower may call the store.
+	if f != nil {
+		f.notify(removed)
 	}
 }
 
@@ -79,15 +79,15 @@ func (r *Redis) onNotify(channel, payload string) {
 // confirmed the subscription, so that events stored after it returns are
 // signalled; when Redis does not confirm within Options.Timeout it logs a
 // warning and returns anyway (go-redis subscribes again once connected;
-// followers poll as well). A second Follow of the same id replaces the
-// first, whose channel then receives nothing more. After Close the channel
-// never receives.
-func (r *Redis) Follow(id string) (<-chan struct{}, func()) {
+// followers poll as well). notify runs on the connection's reader, so it
+// must not block. A second Follow of the same id replaces the first, which
+// then hears nothing more. After Close nothing is heard.
+func (r *Redis) Follow(id string, notify func(removed bool)) (stop func()) {
 	channel := r.notifyChannel(id)
-	f := &follower{ch: make(chan struct{}, 1)}
+	f := &follower{notify: notify}
 	select {
 	case <-r.closed:
-		return f.ch, func() {}
+		return func() {}
 	default:
 	}
 	confirm := make(chan struct{})
@@ -124,7 +124,7 @@ func (r *Redis) Follow(id string) (<-chan struct{}, func()) {
 	}
 
 	var once sync.Once
-	return f.ch, func() {
+	return func() {
 		once.Do(func() {
 			r.pmu.Lock()
 			if r.follows[channel] == f {

@@ -625,6 +625,23 @@ func expectNoSignal(t *testing.T, ch <-chan struct{}) {
 	}
 }
 
+// follow is Follow with its notifications on a channel (closed when the
+// session is removed), as the session engine's followers took them.
+func follow(s *Redis, id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	stop := s.Follow(id, func(removed bool) {
+		if removed {
+			close(ch) // once: the store forgets a removed session's follower
+			return
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	return ch, stop
+}
+
 func okHandler(_ context.Context, c session.Control) session.Reply {
 	return session.Reply{State: &session.State{ID: c.SessionID}}
 }
@@ -649,7 +666,7 @@ func TestFollow(t *testing.T) {
 		}
 	}
 
-	sig, stop := b.Follow("f1")
+	sig, stop := follow(b, "f1")
 	a.AppendEvent("f1", event(1))
 	must(t, a.Flush(ctx, "f1"))
 	expectSignal(t, sig)
@@ -683,7 +700,7 @@ func TestFollow(t *testing.T) {
 	stop()
 
 	// After stop: no signal, and b no longer subscribes to the channel.
-	sig2, stop2 := b.Follow("f2")
+	sig2, stop2 := follow(b, "f2")
 	stop2()
 	a.AppendEvent("f2", event(1))
 	must(t, a.Flush(ctx, "f2"))
@@ -696,8 +713,8 @@ func TestFollow(t *testing.T) {
 
 	// A second Follow replaces the first; the first's stop leaves the
 	// second subscribed.
-	old, stopOld := b.Follow("f3")
-	cur, stopCur := b.Follow("f3")
+	old, stopOld := follow(b, "f3")
+	cur, stopCur := follow(b, "f3")
 	defer stopCur()
 	stopOld()
 	a.AppendEvent("f3", event(1))
@@ -834,7 +851,7 @@ func TestRedisDown(t *testing.T) {
 	ctx := testCtx(t)
 	_, err := a.Create(ctx, record("d1", "acme"))
 	must(t, err)
-	sig, stop := b.Follow("d1")
+	sig, stop := follow(b, "d1")
 	defer stop()
 
 	srv.Kill()
@@ -877,7 +894,7 @@ func TestRedisDown(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, stopX := a.Follow("dx")
+	_, stopX := follow(a, "dx")
 	stopX()
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Follow with Redis down took %v", d)
