@@ -142,10 +142,27 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 	return a.forward(stream.Context(), sub, stream, false, func(*session.Event) bool { return false })
 }
 
-// subscribe is StreamEvents' subscription.
-//
-//go:noinline
+// subscribe is StreamEvents' subscription. With sessions in Redis it calls
+// the store, and go-redis' calls run deep: it is then made on a short-lived
+// goroutine, so that the stream's own, which waits for events for as long
+// as the reader stays (hours, for an idle one), keeps a small stack.
 func (a *agentService) subscribe(ctx context.Context, req *agentdv1.StreamEventsRequest) (*session.Subscription, error) {
+	if !a.sessions.Shared() {
+		return a.subscribeHere(ctx, req)
+	}
+	var sub *session.Subscription
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sub, err = a.subscribeHere(ctx, req)
+	}()
+	<-done
+	return sub, err
+}
+
+//go:noinline
+func (a *agentService) subscribeHere(ctx context.Context, req *agentdv1.StreamEventsRequest) (*session.Subscription, error) {
 	s, err := a.session(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, err

@@ -370,6 +370,9 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (*Session, error) 
 	return s, nil
 }
 
+// Shared reports whether sessions live in a shared store (Options.Shared).
+func (m *Manager) Shared() bool { return m.opts.Shared != nil }
+
 // GetToPrompt is Get for a prompt: with a shared store, this replica's copy
 // of the session serves as it is, without a read of the store, since the
 // prompt's start (Session.Prompt) reads the record anyway and reports a
