@@ -345,12 +345,18 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string, user provi
 	case !res.Started:
 		return fmt.Errorf("%w: a prompt is running on replica %s (wait for its prompt_end or Abort it)", ErrBusy, res.Holder)
 	}
+	// The user message, stored by Start at the end of the history it read.
+	idx := int64(res.Record.MessageCount)
 	if err := s.applyLocked(ctx, res.Record); err != nil {
+		// The prompt does not start: nor does its message stay.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.m.leaseTTL())
+		if uerr := s.m.opts.Shared.Unappend(uctx, s.id, idx); uerr != nil {
+			s.m.log.Error("the user message of a prompt that could not start stays in the history", "session", s.id, "err", uerr)
+		}
+		cancel()
 		s.abandonRun()
 		return err
 	}
-	// The user message, stored by Start at the end of the history it read.
-	idx := int64(res.Record.MessageCount)
 	s.entries = res.Record.MessageCount + 1
 	s.context = append(s.context, user)
 	s.ctxIndex = append(s.ctxIndex, idx)

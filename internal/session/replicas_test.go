@@ -709,3 +709,51 @@ func eventually(t *testing.T, cond func() bool, what func() string) {
 		}
 	}
 }
+
+// A prompt whose start fails after the store took its user message (here:
+// the history cannot be read back) leaves neither the message, nor a
+// lease, nor a run.
+func TestReplicasFailedStartLeavesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second)
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err := s.Prompt(t.Context(), "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	history := "test:{" + s.ID() + "}:history"
+	if err := a.client.RPush(t.Context(), history, "not an entry").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = get(t, b.m, s.ID()).Prompt(t.Context(), "two")
+	if !errors.Is(err, session.ErrUnavailable) {
+		t.Fatalf("Prompt over an unreadable history = %v; want ErrUnavailable", err)
+	}
+	if n, _ := a.client.LLen(t.Context(), history).Result(); n != 3 {
+		t.Fatalf("history holds %d entries after the failed start; want 3", n)
+	}
+	if h, _ := a.store.Holder(t.Context(), s.ID()); h != "" {
+		t.Fatalf("lease held by %q after the failed start", h)
+	}
+	if _, ok, _ := a.store.LoadRun(t.Context(), s.ID()); ok {
+		t.Fatal("a run stays after the failed start")
+	}
+	if err := a.client.RPop(t.Context(), history).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err = get(t, b.m, s.ID()).Prompt(t.Context(), "two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	if entries, n, err := get(t, b.m, s.ID()).Messages(t.Context(), 0, 10); err != nil || n != 4 || entries[2].Message.Content[0].Text != "two" {
+		t.Fatalf("history = %d entries: %+v (%v)", n, entries, err)
+	}
+}

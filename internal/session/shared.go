@@ -59,6 +59,9 @@ type Shared interface {
 	// replica holds the lease, nothing is taken or written (Found, Started
 	// and Holder say which).
 	Start(ctx context.Context, id string, ttl time.Duration, r Run, first *Entry) (StartResult, error)
+	// Unappend removes the history's last entry when it is at index: the
+	// user message Start appended for a prompt that then could not start.
+	Unappend(ctx context.Context, id string, index int64) error
 	// Finish writes the mutable part of the record (as Save) and the run's
 	// state (as SaveRun, the session staying in the running set) at once.
 	Finish(ctx context.Context, id string, m Mutable, r Run) error

@@ -297,6 +297,15 @@ local n = redis.call('LLEN', KEYS[4])
 if ARGV[4] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[4]) end
 return {1, m[1], m[2] or '', n, lastID}
 `)
+	// KEYS[1] history, ARGV[1] index → 1 when the entry at index was the
+	// last and is gone.
+	unappendScript = redis.NewScript(`
+if redis.call('LLEN', KEYS[1]) == tonumber(ARGV[1]) + 1 then
+  redis.call('RPOP', KEYS[1])
+  return 1
+end
+return 0
+`)
 	// KEYS[1] lease, ARGV[1] replica, ARGV[2] ttl ms → 1 when extended.
 	renewScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -767,6 +776,17 @@ func (r *Redis) SaveRun(ctx context.Context, id string, run session.Run) error {
 	pipe.SAdd(ctx, r.runningKey(), id)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return wrap("save run of "+id, err)
+	}
+	return nil
+}
+
+// Unappend implements session.Shared (compare the length and RPOP, in one
+// script).
+func (r *Redis) Unappend(ctx context.Context, id string, index int64) error {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	if err := unappendScript.Run(ctx, r.c, []string{r.key(id, "history")}, index).Err(); err != nil {
+		return wrap("unappend from "+id, err)
 	}
 	return nil
 }

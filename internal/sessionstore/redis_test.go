@@ -1006,6 +1006,19 @@ func TestStartAndFinish(t *testing.T) {
 		t.Fatalf("Running = %v, %v", ids, err)
 	}
 
+	// Unappend takes back only the last entry, at its index.
+	must(t, a.Unappend(ctx, "ses_s", 2))
+	if _, total, _ := b.List(ctx, "ses_s", 0, 0); total != 4 {
+		t.Fatalf("Unappend of an entry that is not the last: %d entries", total)
+	}
+	must(t, a.Unappend(ctx, "ses_s", 3))
+	if entries, total, _ := b.List(ctx, "ses_s", 0, 10); total != 3 || entries[2].Message.Content[0].Text != "2" {
+		t.Fatalf("after Unappend: %d entries %+v", total, entries)
+	}
+	if _, err := a.Append(ctx, "ses_s", first); err != nil {
+		t.Fatal(err)
+	}
+
 	// Held by a: b's Start names a and changes nothing.
 	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, &first)
 	if err != nil || !res.Found || res.Started || res.Holder != a.ReplicaID() {
