@@ -227,15 +227,11 @@ func (l *eventLog) subscribe(after uint64) (*Subscription, error) {
 // ErrLogClosed after the last event of a closed log, a *DroppedError when the
 // reader fell behind, or ctx's error.
 func (s *Subscription) Next(ctx context.Context) (Event, error) {
-	for len(s.buf) == 0 {
-		if err := s.fill(ctx); err != nil {
-			return Event{}, err
-		}
+	e, err := s.NextRef(ctx)
+	if err != nil {
+		return Event{}, err
 	}
-	e := s.buf[0]
-	s.buf = s.buf[1:]
-	s.after = e.Seq
-	return e, nil
+	return *e, nil
 }
 
 // NextRef is Next without the copy: the event it points to stays valid

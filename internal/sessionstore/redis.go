@@ -675,21 +675,13 @@ func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run ses
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	pipe := r.c.Pipeline()
 	keys := []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "meta"), r.key(id, "history"), r.key(id, "events")}
-	script := startScript.EvalSha(ctx, pipe, keys, r.id, ttlMs(ttl), data, entry)
-	pipe.SAdd(ctx, r.runningKey(), id)
-	if _, err := pipe.Exec(ctx); err != nil && isNoScript(err) {
-		// The script is not cached on the server yet (a restart, a
-		// failover): load it, once, as Script.Run does.
-		pipe = r.c.Pipeline()
-		script = startScript.Eval(ctx, pipe, keys, r.id, ttlMs(ttl), data, entry)
+	var script *redis.Cmd
+	err = r.pipeScript(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		script = run(ctx, pipe, keys, r.id, ttlMs(ttl), data, entry)
 		pipe.SAdd(ctx, r.runningKey(), id)
-		_, err = pipe.Exec(ctx)
-		if err != nil {
-			return session.StartResult{}, wrap("start "+id, err)
-		}
-	} else if err != nil {
+	}, startScript)
+	if err != nil {
 		return session.StartResult{}, wrap("start "+id, err)
 	}
 	res, err := script.Slice()
@@ -804,21 +796,32 @@ func (r *Redis) Finish(ctx context.Context, id string, m session.Mutable, run se
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	keys := []string{r.key(id, "meta")}
-	pipe := r.c.Pipeline()
-	saveScript.EvalSha(ctx, pipe, keys, mdata)
-	pipe.Set(ctx, r.key(id, "run"), rdata, 0)
-	_, err = pipe.Exec(ctx)
-	if isNoScript(err) {
-		pipe = r.c.Pipeline()
-		saveScript.Eval(ctx, pipe, keys, mdata)
+	err = r.pipeScript(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		run(ctx, pipe, []string{r.key(id, "meta")}, mdata)
 		pipe.Set(ctx, r.key(id, "run"), rdata, 0)
-		_, err = pipe.Exec(ctx)
-	}
+	}, saveScript)
 	if err != nil {
 		return wrap("finish "+id, err)
 	}
 	return nil
+}
+
+// scriptRunner queues a script's run on a pipeline: its EvalSha or Eval.
+type scriptRunner func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+
+// pipeScript runs, in one pipeline, the commands queue queues with script
+// run by its SHA; when the server does not have it (NOSCRIPT: a restart, a
+// failover) it runs them again with the script's text, as Script.Run does.
+func (r *Redis) pipeScript(ctx context.Context, queue func(pipe redis.Pipeliner, run scriptRunner), script *redis.Script) error {
+	pipe := r.c.Pipeline()
+	queue(pipe, script.EvalSha)
+	_, err := pipe.Exec(ctx)
+	if isNoScript(err) {
+		pipe = r.c.Pipeline()
+		queue(pipe, script.Eval)
+		_, err = pipe.Exec(ctx)
+	}
+	return err
 }
 
 // LoadRun implements session.Shared.
