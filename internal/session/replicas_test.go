@@ -604,12 +604,7 @@ func TestReplicasPromptOnStaleCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sub, err := bs.Prompt(t.Context(), "one")
-	if err != nil {
-		t.Fatal(err)
-	}
-	until(t, sub, session.EventPromptEnd)
-	sub.Close()
+	promptToEnd(t, bs, "one")
 	if again, err := b.m.GetToPrompt(t.Context(), "t", s.ID()); err != nil || again != bs {
 		t.Fatalf("GetToPrompt = %p, %v; want B's copy %p", again, err, bs)
 	}
@@ -667,12 +662,7 @@ func TestReplicasIdleFollowersCostNoGoroutine(t *testing.T) {
 			return fmt.Sprintf("%d idle followers cost %d goroutines", n, runtime.NumGoroutine()-before)
 		})
 	// A prompt on A reaches B's reader.
-	_, asub, err := get(t, a.m, ids[7]).Prompt(t.Context(), "one two")
-	if err != nil {
-		t.Fatal(err)
-	}
-	until(t, asub, session.EventPromptEnd)
-	asub.Close()
+	promptToEnd(t, get(t, a.m, ids[7]), "one two")
 	if evs := until(t, subs[7], session.EventPromptEnd); len(evs) < 5 {
 		t.Fatalf("B's reader got %d events", len(evs))
 	}
@@ -721,12 +711,7 @@ func TestReplicasFailedStartLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sub, err := s.Prompt(t.Context(), "one")
-	if err != nil {
-		t.Fatal(err)
-	}
-	until(t, sub, session.EventPromptEnd)
-	sub.Close()
+	promptToEnd(t, s, "one")
 	history := "test:{" + s.ID() + "}:history"
 	if err := a.client.RPush(t.Context(), history, "not an entry").Err(); err != nil {
 		t.Fatal(err)
@@ -747,13 +732,19 @@ func TestReplicasFailedStartLeavesNothing(t *testing.T) {
 	if err := a.client.RPop(t.Context(), history).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, sub, err = get(t, b.m, s.ID()).Prompt(t.Context(), "two")
-	if err != nil {
-		t.Fatal(err)
-	}
-	until(t, sub, session.EventPromptEnd)
-	sub.Close()
+	promptToEnd(t, get(t, b.m, s.ID()), "two")
 	if entries, n, err := get(t, b.m, s.ID()).Messages(t.Context(), 0, 10); err != nil || n != 4 || entries[2].Message.Content[0].Text != "two" {
 		t.Fatalf("history = %d entries: %+v (%v)", n, entries, err)
 	}
+}
+
+// promptToEnd runs a prompt on s and reads it to its prompt_end.
+func promptToEnd(t *testing.T, s *session.Session, text string) []session.Event {
+	t.Helper()
+	_, sub, err := s.Prompt(t.Context(), text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	return until(t, sub, session.EventPromptEnd)
 }
