@@ -25,10 +25,15 @@ type agentService struct {
 }
 
 func (a *agentService) session(ctx context.Context, id string) (*session.Session, error) {
+	return a.lookup(ctx, id, a.sessions.Get)
+}
+
+// lookup finds the caller's session id with get (Get, or GetToPrompt).
+func (a *agentService) lookup(ctx context.Context, id string, get func(ctx context.Context, tenant, id string) (*session.Session, error)) (*session.Session, error) {
 	if id == "" {
 		return nil, invalidArg("session_id", "is required")
 	}
-	s, err := a.sessions.Get(ctx, tenantOf(ctx), id)
+	s, err := get(ctx, tenantOf(ctx), id)
 	return s, toStatus(err)
 }
 
@@ -111,13 +116,9 @@ func (a *agentService) DeleteSession(ctx context.Context, req *agentdv1.DeleteSe
 
 func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStreamingServer[agentdv1.Event]) error {
 	ctx := stream.Context()
-	id := req.GetSessionId()
-	if id == "" {
-		return invalidArg("session_id", "is required")
-	}
-	s, err := a.sessions.GetToPrompt(ctx, tenantOf(ctx), id)
+	s, err := a.lookup(ctx, req.GetSessionId(), a.sessions.GetToPrompt)
 	if err != nil {
-		return toStatus(err)
+		return err
 	}
 	promptID, sub, err := s.Prompt(ctx, req.GetText())
 	if err != nil {
