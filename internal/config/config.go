@@ -31,6 +31,40 @@ type Config struct {
 	Providers []Provider `yaml:"providers"`
 	Sessions  Sessions   `yaml:"sessions"`
 	HTTP      HTTP       `yaml:"http"`
+	Limits    Limits     `yaml:"limits"`
+	Metrics   Metrics    `yaml:"metrics"`
+}
+
+// Metrics places the Prometheus endpoint.
+type Metrics struct {
+	// Listen, when set, serves /metrics on a listener of its own (host:port)
+	// instead of the public HTTP port.
+	Listen string `yaml:"listen"`
+}
+
+// Limits bound what one request and one tenant may ask of agentd. Unset (0)
+// fields take the defaults below; every bound applies on one replica and,
+// with the Redis store, across all of them.
+type Limits struct {
+	// MaxRequestBytes bounds a request body (REST, read before anything is
+	// parsed) and a gRPC message: REST 413, gRPC RESOURCE_EXHAUSTED.
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// BodyTimeoutMs bounds the time to read a REST request body.
+	BodyTimeoutMs int64 `yaml:"body_timeout_ms"`
+	// MaxSessionsPerTenant bounds the sessions one tenant holds.
+	MaxSessionsPerTenant int `yaml:"max_sessions_per_tenant"`
+	// MaxConcurrentPromptsPerTenant bounds the prompts of one tenant that
+	// run (or wait in a retry's backoff) at once.
+	MaxConcurrentPromptsPerTenant int `yaml:"max_concurrent_prompts_per_tenant"`
+	// MaxTools bounds the tools of a session.
+	MaxTools int `yaml:"max_tools"`
+	// MaxSystemPromptBytes bounds a session's system prompt.
+	MaxSystemPromptBytes int `yaml:"max_system_prompt_bytes"`
+	// MinBaseDelayMs is the least retry.base_delay_ms a session may ask
+	// for: no zero-backoff loop against a provider.
+	MinBaseDelayMs int64 `yaml:"min_base_delay_ms"`
+	// MaxRetriesCap is the most retry.max_retries a session may ask for.
+	MaxRetriesCap int `yaml:"max_retries_cap"`
 }
 
 // HTTP tunes the HTTP face for web frontends: CORS, SSE heartbeats and the
@@ -119,6 +153,9 @@ type Token struct {
 	Token    string `yaml:"token"`
 	TokenEnv string `yaml:"token_env"`
 	Tenant   string `yaml:"tenant"`
+	// Admin lets the token's holder create and delete the credentials that
+	// serve every tenant.
+	Admin bool `yaml:"admin"`
 }
 
 // Provider is one configured upstream.
@@ -180,6 +217,15 @@ const (
 	DefaultMaxPromptBytes = 1 << 20
 	DefaultRedisAddr      = "127.0.0.1:6379"
 	DefaultKeyPrefix      = "agentd:"
+
+	DefaultMaxRequestBytes               = 4 << 20
+	DefaultBodyTimeoutMs                 = 30000
+	DefaultMaxSessionsPerTenant          = 1000
+	DefaultMaxConcurrentPromptsPerTenant = 256
+	DefaultMaxTools                      = 128
+	DefaultMaxSystemPromptBytes          = 256 << 10
+	DefaultMinBaseDelayMs                = 100
+	DefaultMaxRetriesCap                 = 20
 )
 
 // Load reads and validates the file at path.
@@ -307,6 +353,14 @@ func (c *Config) finish() error {
 	if err := c.finishProviders(); err != nil {
 		return err
 	}
+	if err := c.Limits.finish(c.Sessions.MaxPromptBytes); err != nil {
+		return err
+	}
+	if a := c.Metrics.Listen; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("config: metrics.listen: %q is not host:port", a)
+		}
+	}
 	if err := c.finishAuth(); err != nil {
 		return err
 	}
@@ -316,8 +370,8 @@ func (c *Config) finish() error {
 	if len(c.Auth.Tokens) == 0 {
 		// Without tokens there is one local tenant: never reachable from
 		// beyond this machine.
-		for key, addr := range map[string]string{"listen.grpc": c.Listen.GRPC, "listen.http": c.Listen.HTTP} {
-			if !isLoopback(addr) {
+		for key, addr := range map[string]string{"listen.grpc": c.Listen.GRPC, "listen.http": c.Listen.HTTP, "metrics.listen": c.Metrics.Listen} {
+			if addr != "" && !isLoopback(addr) {
 				return fmt.Errorf("config: %s: %q is not a loopback address; without auth.tokens agentd listens on loopback only", key, addr)
 			}
 		}
@@ -431,6 +485,48 @@ func (c *Config) finishAuth() error {
 	return nil
 }
 
+func (l *Limits) finish(maxPromptBytes int) error {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def64 := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def64(&l.MaxRequestBytes, DefaultMaxRequestBytes)
+	def64(&l.BodyTimeoutMs, DefaultBodyTimeoutMs)
+	def(&l.MaxSessionsPerTenant, DefaultMaxSessionsPerTenant)
+	def(&l.MaxConcurrentPromptsPerTenant, DefaultMaxConcurrentPromptsPerTenant)
+	def(&l.MaxTools, DefaultMaxTools)
+	def(&l.MaxSystemPromptBytes, DefaultMaxSystemPromptBytes)
+	def64(&l.MinBaseDelayMs, DefaultMinBaseDelayMs)
+	def(&l.MaxRetriesCap, DefaultMaxRetriesCap)
+	switch {
+	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > 1<<30:
+		return fmt.Errorf("config: limits.max_request_bytes: must be between 4096 and %d, got %d", 1<<30, l.MaxRequestBytes)
+	case l.MaxRequestBytes < int64(maxPromptBytes):
+		return fmt.Errorf("config: limits.max_request_bytes: %d is below sessions.max_prompt_bytes (%d): such prompts could never be sent", l.MaxRequestBytes, maxPromptBytes)
+	case l.BodyTimeoutMs < 0:
+		return fmt.Errorf("config: limits.body_timeout_ms: must be > 0, got %d", l.BodyTimeoutMs)
+	case l.MaxSessionsPerTenant < 0:
+		return fmt.Errorf("config: limits.max_sessions_per_tenant: must be > 0, got %d", l.MaxSessionsPerTenant)
+	case l.MaxConcurrentPromptsPerTenant < 0:
+		return fmt.Errorf("config: limits.max_concurrent_prompts_per_tenant: must be > 0, got %d", l.MaxConcurrentPromptsPerTenant)
+	case l.MaxTools < 0:
+		return fmt.Errorf("config: limits.max_tools: must be > 0, got %d", l.MaxTools)
+	case l.MaxSystemPromptBytes < 0:
+		return fmt.Errorf("config: limits.max_system_prompt_bytes: must be > 0, got %d", l.MaxSystemPromptBytes)
+	case l.MinBaseDelayMs < 0:
+		return fmt.Errorf("config: limits.min_base_delay_ms: must be > 0, got %d", l.MinBaseDelayMs)
+	case l.MaxRetriesCap < 0:
+		return fmt.Errorf("config: limits.max_retries_cap: must be > 0, got %d", l.MaxRetriesCap)
+	}
+	return nil
+}
+
 // RetrySettings returns the server-wide retry settings: the source's
 // defaults with the file's values applied.
 func (c *Config) RetrySettings() (retry.Settings, error) {
@@ -504,6 +600,7 @@ var (
 		"Config": "", "Listen": "listen.", "Store": "store.", "Redis": "store.redis.",
 		"Retry": "retry.", "Auth": "auth.", "Token": "auth.tokens[].", "Provider": "providers[].",
 		"Credential": "providers[].credentials[].", "Sessions": "sessions.",
+		"Limits": "limits.", "Metrics": "metrics.", "HTTP": "http.", "CORS": "http.cors.",
 	}
 )
 

@@ -892,7 +892,7 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		m.log.Info("janitor: resuming the retry of a lost replica", "session", id, "prompt", run.PromptID,
 			"replica", lostReplica, "attempt", run.Attempt, "due", run.Due)
 	}
-	go s.run(runCtx, s.generation, run.PromptID, res)
+	go s.run(runCtx, cancel, s.generation, run.PromptID, res)
 	return nil
 }
 

@@ -315,7 +315,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 	s.runDone = make(chan struct{})
 	gen := s.generation
 	started = true
-	go s.run(runCtx, gen, promptID, nil)
+	go s.run(runCtx, cancel, gen, promptID, nil)
 	return promptID, sub, nil
 }
 
@@ -358,8 +358,12 @@ func (s *Session) emit(e Event) {
 // chain, until the chain has ended. It always ends with prompt_end.
 // A prompt taken over from a lost replica (res non-nil) resumes its retry or
 // ends.
-func (s *Session) run(ctx context.Context, gen uint64, promptID string, res *resumePoint) {
+//
+// cancel is ctx's: it runs when the prompt has ended, on every path, so that
+// nothing of the run stays attached to the manager's context.
+func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64, promptID string, res *resumePoint) {
 	defer s.m.runs.Done()
+	defer cancel()
 	stopLease := s.keepLease()
 	started := time.Now()
 	var outcome, errText string
