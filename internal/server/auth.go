@@ -20,23 +20,44 @@ var credentialIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 type tenantKey struct{}
 
-func tenantOf(ctx context.Context) string {
-	if t, ok := ctx.Value(tenantKey{}).(string); ok {
-		return t
+// caller is who makes a call: a tenant, and whether its token is an
+// admin's (only admins manage the credentials that serve every tenant).
+type caller struct {
+	tenant string
+	admin  bool
+}
+
+// localCaller is the one tenant of local mode (no tokens): the developer at
+// this machine, an admin.
+var localCaller = caller{tenant: LocalTenant, admin: true}
+
+func callerOf(ctx context.Context) caller {
+	if c, ok := ctx.Value(tenantKey{}).(caller); ok {
+		return c
 	}
-	return LocalTenant
+	return localCaller
+}
+
+func tenantOf(ctx context.Context) string { return callerOf(ctx).tenant }
+
+// isAdmin reports whether the call comes with an admin's token (or from
+// local mode's one tenant).
+func isAdmin(ctx context.Context) bool { return callerOf(ctx).admin }
+
+func withCaller(ctx context.Context, c caller) context.Context {
+	return context.WithValue(ctx, tenantKey{}, c)
 }
 
 // authenticator maps bearer tokens to tenants. With no tokens it lets every
 // call through as the local tenant.
 type authenticator struct {
-	tokens map[[32]byte]string // sha256(token) -> tenant
+	tokens map[[32]byte]caller // sha256(token) -> its holder
 }
 
-func newAuthenticator(tokens map[string]string) *authenticator {
-	a := &authenticator{tokens: map[[32]byte]string{}}
-	for tok, tenant := range tokens {
-		a.tokens[sha256.Sum256([]byte(tok))] = tenant
+func newAuthenticator(tokens map[string]caller) *authenticator {
+	a := &authenticator{tokens: map[[32]byte]caller{}}
+	for tok, c := range tokens {
+		a.tokens[sha256.Sum256([]byte(tok))] = c
 	}
 	return a
 }
@@ -48,7 +69,7 @@ func publicMethod(fullMethod string) bool {
 
 func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (context.Context, error) {
 	if publicMethod(fullMethod) {
-		return context.WithValue(ctx, tenantKey{}, LocalTenant), nil
+		return withCaller(ctx, caller{tenant: LocalTenant}), nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	// A browser's stream ticket, checked by the HTTP face (see ticket.go).
@@ -56,7 +77,7 @@ func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (co
 		return gctx, err
 	}
 	if len(a.tokens) == 0 {
-		return context.WithValue(ctx, tenantKey{}, LocalTenant), nil
+		return withCaller(ctx, localCaller), nil
 	}
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
@@ -68,16 +89,16 @@ func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (co
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	// Compare the digest to every known one in constant time.
-	tenant := ""
-	for k, t := range a.tokens {
+	var who caller
+	for k, c := range a.tokens {
 		if subtle.ConstantTimeCompare(k[:], sum[:]) == 1 {
-			tenant = t
+			who = c
 		}
 	}
-	if tenant == "" {
+	if who.tenant == "" {
 		return nil, status.Error(codes.Unauthenticated, "invalid bearer token")
 	}
-	return context.WithValue(ctx, tenantKey{}, tenant), nil
+	return withCaller(ctx, who), nil
 }
 
 func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

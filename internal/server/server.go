@@ -163,9 +163,9 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	s.registry.MustRegister(grpcMetrics)
 
-	tokens := map[string]string{}
+	tokens := map[string]caller{}
 	for _, t := range cfg.Auth.Tokens {
-		tokens[t.Token] = t.Tenant
+		tokens[t.Token] = caller{tenant: t.Tenant, admin: t.Admin}
 	}
 	auth := newAuthenticator(tokens)
 	s.streamInterceptors = streamChain{grpcMetrics.StreamServerInterceptor(), auth.stream}

@@ -191,7 +191,7 @@ func authenticateGrant(ctx context.Context, fullMethod string, md metadata.MD) (
 	if err != nil {
 		return nil, true, status.Error(codes.Unauthenticated, err.Error())
 	}
-	ctx = context.WithValue(ctx, tenantKey{}, tenant)
+	ctx = withCaller(ctx, caller{tenant: tenant})
 	return context.WithValue(ctx, grantSessionKey{}, sessionID), true, nil
 }
 
