@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/base64"
 	"testing"
 )
 
@@ -25,6 +26,19 @@ func TestRedact(t *testing.T) {
 		if got := redact(tc.in, key); got != tc.want {
 			t.Errorf("redact(%q) =\n%q\nwant\n%q", tc.in, got, tc.want)
 		}
+	}
+	// Base64 echoes: the key alone, and inside "user:key" (Basic auth), in
+	// both alphabets, with and without padding.
+	for _, plain := range []string{key, "user:" + key, "x" + key + "yz"} {
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+			in := "header was Basic " + enc.EncodeToString([]byte(plain)) + " (rejected)"
+			if got, want := redact(in, key), "header was Basic [REDACTED] (rejected)"; got != want {
+				t.Errorf("redact(%q) = %q, want %q", in, got, want)
+			}
+		}
+	}
+	if in := "id " + base64.StdEncoding.EncodeToString([]byte("nothing secret here")); redact(in, key) != in {
+		t.Errorf("base64 of something else was redacted: %q", redact(in, key))
 	}
 	if got := redact("short abc", "abc"); got != "short abc" {
 		t.Errorf("a secret under 8 bytes is not searched for: %q", got)
