@@ -14,8 +14,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/server"
@@ -95,6 +98,9 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(handler)
+	// go-redis' own messages (pool and connection trouble) join agentd's log
+	// as records of their own, not plain-text lines in the middle of it.
+	redis.SetLogger(redisLogger{log: log})
 
 	cfg := config.Default()
 	if *cfgPath != "" {
@@ -104,11 +110,24 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		}
 	}
-	if *grpcAddr != "" {
-		cfg.Listen.GRPC = *grpcAddr
-	}
-	if *httpAddr != "" {
-		cfg.Listen.HTTP = *httpAddr
+	warnConfig(cfg, log)
+	// The flags obey the file's rules: host:port, loopback without auth.tokens.
+	for _, f := range []struct{ flag, grpc, http string }{
+		{"--grpc-addr", *grpcAddr, ""}, {"--http-addr", "", *httpAddr},
+	} {
+		if f.grpc == "" && f.http == "" {
+			continue
+		}
+		if f.grpc != "" {
+			cfg.Listen.GRPC = f.grpc
+		}
+		if f.http != "" {
+			cfg.Listen.HTTP = f.http
+		}
+		if err := error(nil); err != nil {
+			fmt.Fprintf(stderr, "agentd serve: %s: %v\n", f.flag, err)
+			return 1
+		}
 	}
 	srv, err := server.New(cfg, log)
 	if err != nil {
@@ -122,4 +141,33 @@ func serve(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// warnConfig logs what a configuration allows but should not: a Redis store
+// holding credential secrets in clear, and stream tickets that only the
+// replica that signed them accepts.
+func warnConfig(cfg *config.Config, log *slog.Logger) {
+	if cfg.Store.Backend != "redis" {
+		return
+	}
+	if cfg.Store.Redis.SecretKeyEnv == "" {
+		log.Warn("credential secrets are stored in clear in Redis: set store.redis.secret_key_env to a variable holding a 16, 24 or 32-byte key (the same on every replica)",
+			"key", "store.redis.secret_key_env")
+	}
+	if cfg.HTTP.TicketKeyEnv == "" {
+		log.Warn("stream tickets are signed with a random key of this process: with several replicas, the others refuse its tickets; set http.ticket_key_env to a variable holding a key of 32+ bytes (the same on every replica)",
+			"key", "http.ticket_key_env")
+	}
+}
+
+// redisLogger routes go-redis' internal log lines through slog.
+type redisLogger struct{ log *slog.Logger }
+
+// Printf implements go-redis' internal.Logging. Its lines report trouble
+// (a failed dial, a bad connection discarded): warnings.
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }

@@ -83,6 +83,10 @@ type HTTP struct {
 	TicketKeyEnv string `yaml:"ticket_key_env"`
 	// TicketKey is the key read from TicketKeyEnv (never in the file).
 	TicketKey string `yaml:"-"`
+	// AllowedHosts are the Host names that local mode (no auth.tokens)
+	// answers besides loopback ones (localhost, 127.0.0.1, [::1]); any
+	// other Host is refused (DNS rebinding).
+	AllowedHosts []string `yaml:"allowed_hosts"`
 }
 
 // CORS lists the browser origins allowed to call the REST API.
@@ -246,10 +250,14 @@ func Parse(r io.Reader) (*Config, error) {
 	}
 	var c Config
 	if len(bytes.TrimSpace(data)) > 0 {
+		root, err := oneDocument(data)
+		if err != nil {
+			return nil, err
+		}
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("config: %s", cleanYAMLError(err))
+			return nil, fmt.Errorf("config: %s", describeYAMLError(err, root))
 		}
 	}
 	if err := c.finish(); err != nil {
@@ -296,11 +304,6 @@ func (c *Config) finish() error {
 	if c.Listen.HTTP == "" {
 		c.Listen.HTTP = DefaultHTTPAddr
 	}
-	for key, addr := range map[string]string{"listen.grpc": c.Listen.GRPC, "listen.http": c.Listen.HTTP} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("config: %s: %q is not host:port", key, addr)
-		}
-	}
 	switch c.Store.Backend {
 	case "":
 		c.Store.Backend = "memory"
@@ -325,6 +328,9 @@ func (c *Config) finish() error {
 	}
 	if c.Store.Redis.LeaseMs != 0 && (c.Store.Redis.LeaseMs < 300 || c.Store.Redis.LeaseMs > 600000) {
 		return fmt.Errorf("config: store.redis.lease_ms: must be between 300 and 600000, got %d", c.Store.Redis.LeaseMs)
+	}
+	if err := envName("store.redis.secret_key_env", c.Store.Redis.SecretKeyEnv); err != nil {
+		return err
 	}
 	if env := c.Store.Redis.SecretKeyEnv; env != "" {
 		c.Store.Redis.SecretKey = os.Getenv(env)
@@ -356,28 +362,62 @@ func (c *Config) finish() error {
 	if err := c.Limits.finish(c.Sessions.MaxPromptBytes); err != nil {
 		return err
 	}
-	if a := c.Metrics.Listen; a != "" {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return fmt.Errorf("config: metrics.listen: %q is not host:port", a)
-		}
-	}
 	if err := c.finishAuth(); err != nil {
 		return err
 	}
 	if err := c.HTTP.finish(); err != nil {
 		return err
 	}
-	if len(c.Auth.Tokens) == 0 {
-		// Without tokens there is one local tenant: never reachable from
-		// beyond this machine.
-		for key, addr := range map[string]string{"listen.grpc": c.Listen.GRPC, "listen.http": c.Listen.HTTP, "metrics.listen": c.Metrics.Listen} {
-			if addr != "" && !isLoopback(addr) {
-				return fmt.Errorf("config: %s: %q is not a loopback address; without auth.tokens agentd listens on loopback only", key, addr)
-			}
-		}
+	if err := c.checkListen(); err != nil {
+		return err
 	}
 	if _, err := c.RetrySettings(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// SetListen overrides listen.grpc and listen.http (an empty string keeps the
+// current value), as the serve command's --grpc-addr and --http-addr do, and
+// checks the result as Load checks the file: host:port, and loopback only
+// without auth.tokens. On error the configuration is left unchanged.
+func (c *Config) SetListen(grpc, http string) error {
+	old := c.Listen
+	if grpc != "" {
+		c.Listen.GRPC = grpc
+	}
+	if http != "" {
+		c.Listen.HTTP = http
+	}
+	if err := c.checkListen(); err != nil {
+		c.Listen = old
+		return err
+	}
+	return nil
+}
+
+// checkListen checks every listen address: each is host:port and, without
+// auth.tokens, on loopback.
+func (c *Config) checkListen() error {
+	addrs := []struct{ key, addr string }{
+		{"listen.grpc", c.Listen.GRPC}, {"listen.http", c.Listen.HTTP}, {"metrics.listen", c.Metrics.Listen},
+	}
+	for _, a := range addrs {
+		if a.addr == "" && a.key == "metrics.listen" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			return fmt.Errorf("config: %s: %q is not host:port", a.key, a.addr)
+		}
+	}
+	if len(c.Auth.Tokens) == 0 {
+		// Without tokens there is one local tenant: never reachable from
+		// beyond this machine.
+		for _, a := range addrs {
+			if a.addr != "" && !isLoopback(a.addr) {
+				return fmt.Errorf("config: %s: %q is not a loopback address; without auth.tokens agentd listens on loopback only", a.key, a.addr)
+			}
+		}
 	}
 	return nil
 }
@@ -440,6 +480,12 @@ func (c *Config) finishProviders() error {
 				return fmt.Errorf("config: %s.id: credential %q is defined twice", ckey, cr.ID)
 			}
 			credIDs[cr.ID] = true
+			if err := notExpanded(ckey+".api_key", cr.APIKey, "api_key_env"); err != nil {
+				return err
+			}
+			if err := envName(ckey+".api_key_env", cr.APIKeyEnv); err != nil {
+				return err
+			}
 			if cr.APIKey != "" && cr.APIKeyEnv != "" {
 				return fmt.Errorf("config: %s: set api_key or api_key_env, not both", ckey)
 			}
@@ -462,6 +508,12 @@ func (c *Config) finishAuth() error {
 	for i := range c.Auth.Tokens {
 		t := &c.Auth.Tokens[i]
 		key := fmt.Sprintf("auth.tokens[%d]", i)
+		if err := notExpanded(key+".token", t.Token, "token_env"); err != nil {
+			return err
+		}
+		if err := envName(key+".token_env", t.TokenEnv); err != nil {
+			return err
+		}
 		if t.Token != "" && t.TokenEnv != "" {
 			return fmt.Errorf("config: %s: set token or token_env, not both", key)
 		}
@@ -624,6 +676,12 @@ const (
 )
 
 func (h *HTTP) finish() error {
+	for i, host := range h.AllowedHosts {
+		if host == "" || strings.ContainsAny(host, "/:@ ") && net.ParseIP(strings.Trim(host, "[]")) == nil {
+			return fmt.Errorf("config: http.allowed_hosts[%d]: %q is not a host name or address (no port, scheme or path)", i, host)
+		}
+		h.AllowedHosts[i] = strings.ToLower(strings.Trim(host, "[]"))
+	}
 	for i, o := range h.CORS.AllowedOrigins {
 		norm, err := normalizeOrigin(o)
 		if err != nil {
@@ -642,6 +700,9 @@ func (h *HTTP) finish() error {
 		h.TicketTTLMs = DefaultTicketTTLMs
 	case h.TicketTTLMs < 0 || h.TicketTTLMs > MaxTicketTTLMs:
 		return fmt.Errorf("config: http.ticket_ttl_ms: must be between 1 and %d, got %d", MaxTicketTTLMs, h.TicketTTLMs)
+	}
+	if err := envName("http.ticket_key_env", h.TicketKeyEnv); err != nil {
+		return err
 	}
 	if h.TicketKeyEnv != "" {
 		h.TicketKey = os.Getenv(h.TicketKeyEnv)

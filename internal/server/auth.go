@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // LocalTenant owns every session when no tokens are configured.
@@ -81,11 +82,26 @@ func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (co
 	}
 	vals := md.Get("authorization")
 	if len(vals) == 0 {
-		return nil, status.Error(codes.Unauthenticated, "missing bearer token (authorization: Bearer <token>)")
+		return nil, errNoToken
 	}
-	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
-	if !ok {
-		return nil, status.Error(codes.Unauthenticated, "authorization must be \"Bearer <token>\"")
+	who, err := a.check(vals[0])
+	if err != nil {
+		return nil, err
+	}
+	return withCaller(ctx, who), nil
+}
+
+var errNoToken = status.Error(codes.Unauthenticated, "missing bearer token (authorization: Bearer <token>)")
+
+// required reports whether calls need a token (false in local mode).
+func (a *authenticator) required() bool { return len(a.tokens) > 0 }
+
+// check returns the holder of an Authorization value "Bearer <token>" (the
+// scheme in any case, RFC 7235).
+func (a *authenticator) check(header string) (caller, error) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return caller{}, status.Error(codes.Unauthenticated, "authorization must be \"Bearer <token>\"")
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	// Compare the digest to every known one in constant time.
@@ -96,9 +112,27 @@ func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (co
 		}
 	}
 	if who.tenant == "" {
-		return nil, status.Error(codes.Unauthenticated, "invalid bearer token")
+		return caller{}, status.Error(codes.Unauthenticated, "invalid bearer token")
 	}
-	return withCaller(ctx, who), nil
+	return who, nil
+}
+
+// tap refuses a gRPC call without a valid token before its request message
+// is read (the interceptors run after it is): an unauthenticated client
+// costs no buffer. Health checking, reflection and the gateway's ticket
+// grants (checked by the interceptor) pass.
+func (a *authenticator) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !a.required() || publicMethod(info.FullMethodName) || len(info.Header.Get(streamGrantKey)) > 0 {
+		return ctx, nil
+	}
+	vals := info.Header.Get("authorization")
+	if len(vals) == 0 {
+		return nil, errNoToken
+	}
+	if _, err := a.check(vals[0]); err != nil {
+		return nil, err
+	}
+	return ctx, nil
 }
 
 func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

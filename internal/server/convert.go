@@ -54,7 +54,14 @@ func toStatus(err error) error {
 	}
 }
 
+// invalidArg is INVALID_ARGUMENT naming field; string args are clipped
+// (a huge input is never echoed whole).
 func invalidArg(field, format string, args ...any) error {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = clip(s)
+		}
+	}
 	return status.Error(codes.InvalidArgument, field+": "+fmt.Sprintf(format, args...))
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -53,6 +54,7 @@ type Server struct {
 	sharedStore     *sessionstore.Redis
 	cooldowns       cooldownRegistry
 	tickets         *ticketAuthority
+	auth            *authenticator
 	metrics         *metrics.Metrics
 	metricProviders []string
 	registry        *prometheus.Registry
@@ -61,6 +63,9 @@ type Server struct {
 	grpcLis, httpLis net.Listener
 	grpcSrv          *grpc.Server
 	httpSrv          *http.Server
+	// metricsLis and metricsSrv serve /metrics alone (metrics.listen).
+	metricsLis net.Listener
+	metricsSrv *http.Server
 	health           *health.Server
 	gwConn           *grpc.ClientConn
 	// gwLis is the gateway's in-process way to the gRPC server: no second
@@ -168,13 +173,17 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		tokens[t.Token] = caller{tenant: t.Tenant, admin: t.Admin}
 	}
 	auth := newAuthenticator(tokens)
+	s.auth = auth
 	s.streamInterceptors = streamChain{grpcMetrics.StreamServerInterceptor(), auth.stream}
 	s.grpcSrv = grpc.NewServer(
+		// No token, no read: the tap refuses before the message is read.
+		grpc.InTapHandle(auth.tap),
+		grpc.MaxRecvMsgSize(int(cfg.Limits.MaxRequestBytes)),
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), auth.unary),
 		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
 	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, time.Duration(cfg.HTTP.TicketTTLMs)*time.Millisecond, s.now)
-	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, drain: s.drain}
+	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, pages: newPageTokens(s.tickets.key), drain: s.drain}
 	agentdv1.RegisterAgentServiceServer(s.grpcSrv, s.agent)
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})
 	s.health = health.NewServer()
@@ -196,7 +205,26 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		return nil, err
 	}
 	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	if addr := cfg.Metrics.Listen; addr != "" {
+		if s.metricsLis, err = net.Listen("tcp", addr); err != nil {
+			s.grpcLis.Close()
+			s.httpLis.Close()
+			return nil, fmt.Errorf("metrics.listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", s.metricsRoute())
+		s.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
 	return s, nil
+}
+
+// MetricsAddr is the bound address of the metrics listener ("" when
+// /metrics is on the HTTP port).
+func (s *Server) MetricsAddr() string {
+	if s.metricsLis == nil {
+		return ""
+	}
+	return s.metricsLis.Addr().String()
 }
 
 func newProviderClient(pc config.Provider) (provider.Provider, error) {
@@ -246,7 +274,10 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	s.gwLis = bufconn.Listen(1 << 20)
 	conn, err := grpc.NewClient("passthrough:///agentd-gateway",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.gwLis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Answers are bounded by the server (pages by bytes, entries by
+		// the request limit): the gateway takes whatever it sends.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -275,9 +306,11 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", s.webAPI(gw, sse)) // CORS, stream tickets, native SSE, heartbeats (web.go)
+	mux.Handle("/v1/", s.webAPI(gw, sse)) // CORS, auth and body limits, stream tickets, native SSE, heartbeats (web.go)
 	mountConsole(mux)
-	mux.Handle("GET /metrics", s.metricsHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})))
+	if s.cfg.Metrics.Listen == "" {
+		mux.Handle("GET /metrics", s.metricsRoute())
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -298,7 +331,17 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	if !s.auth.required() {
+		// Local mode: this machine's requests only, and no browser page
+		// elsewhere may change anything (guard.go).
+		return newHostGuard(mux, s.cfg.HTTP.AllowedHosts, s.cfg.HTTP.CORS.AllowedOrigins), nil
+	}
 	return mux, nil
+}
+
+// metricsRoute serves the registry, its store gauges refreshed first.
+func (s *Server) metricsRoute() http.Handler {
+	return s.metricsHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 }
 
 // Run serves until ctx is done, then drains. It returns the first serving
@@ -323,6 +366,14 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if s.metricsSrv != nil {
+		g.Go(func() error {
+			if err := s.metricsSrv.Serve(s.metricsLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics: %w", err)
+			}
+			return nil
+		})
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	if s.shared != nil {
 		s.log.Info("agentd serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "store", "redis", "replica", s.shared.ReplicaID())
@@ -352,6 +403,11 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.drained()
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		if s.metricsSrv != nil {
+			if err := s.metricsSrv.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("metrics shutdown: %w", err))
+			}
 		}
 		stopped := make(chan struct{})
 		go func() { s.grpcSrv.GracefulStop(); close(stopped) }()

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/session"
@@ -20,8 +21,14 @@ type agentService struct {
 	agentdv1.UnimplementedAgentServiceServer
 	sessions *session.Manager
 	tickets  *ticketAuthority
+	pages    *pageTokens
 	drain    context.Context // done when the server drains
 }
+
+// maxPageBytes bounds a listing's page: it holds items while their
+// encoding stays within it (always at least one), and gives the next
+// page's token for the rest. No answer grows past what a client takes.
+const maxPageBytes = 1 << 20
 
 func (a *agentService) session(ctx context.Context, id string) (*session.Session, error) {
 	return a.lookup(ctx, id, a.sessions.Get)
@@ -88,19 +95,45 @@ func (a *agentService) ListSessions(ctx context.Context, req *agentdv1.ListSessi
 	if err != nil {
 		return nil, err
 	}
-	list, next, err := a.sessions.List(ctx, tenantOf(ctx), n, req.GetPageToken())
+	tenant := tenantOf(ctx)
+	after, err := a.openPage(tenant, "sessions", req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	list, next, err := a.sessions.List(ctx, tenant, n, after)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &agentdv1.ListSessionsResponse{NextPageToken: next}
-	for _, s := range list {
+	resp := &agentdv1.ListSessionsResponse{}
+	size := 0
+	for i, s := range list {
 		st, err := s.Snapshot(ctx)
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		resp.Sessions = append(resp.Sessions, sessionToProto(st))
+		p := sessionToProto(st)
+		if sz := proto.Size(p); i > 0 && size+sz > maxPageBytes {
+			next = session.PageTokenAfter(list[i-1])
+			break
+		} else {
+			size += sz
+		}
+		resp.Sessions = append(resp.Sessions, p)
 	}
+	resp.NextPageToken = a.pages.seal(tenant, "sessions", next)
 	return resp, nil
+}
+
+// openPage is the engine's position of a page token of tenant's listing.
+func (a *agentService) openPage(tenant, listing, token string) (string, error) {
+	if token == "" {
+		return "", nil
+	}
+	raw, ok := a.pages.open(tenant, listing, token)
+	if !ok {
+		return "", invalidArg("page_token", "%q is not a token this server issued for this listing", clip(token))
+	}
+	return raw, nil
 }
 
 func (a *agentService) DeleteSession(ctx context.Context, req *agentdv1.DeleteSessionRequest) (*agentdv1.DeleteSessionResponse, error) {
@@ -277,11 +310,16 @@ func (a *agentService) ListMessages(ctx context.Context, req *agentdv1.ListMessa
 	if err != nil {
 		return nil, err
 	}
+	tenant, listing := tenantOf(ctx), "messages\x00"+s.ID()
+	raw, err := a.openPage(tenant, listing, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
 	offset := 0
-	if t := req.GetPageToken(); t != "" {
-		v, err := strconv.Atoi(strings.TrimPrefix(t, "m"))
-		if err != nil || v < 0 || !strings.HasPrefix(t, "m") {
-			return nil, invalidArg("page_token", "%q is not a token this server issued", t)
+	if raw != "" {
+		v, err := strconv.Atoi(strings.TrimPrefix(raw, "m"))
+		if err != nil || v < 0 || !strings.HasPrefix(raw, "m") {
+			return nil, invalidArg("page_token", "is not a token this server issued for this listing")
 		}
 		offset = v
 	}
@@ -290,11 +328,18 @@ func (a *agentService) ListMessages(ctx context.Context, req *agentdv1.ListMessa
 		return nil, toStatus(err)
 	}
 	resp := &agentdv1.ListMessagesResponse{}
-	for _, e := range entries {
-		resp.Messages = append(resp.Messages, entryToProto(e))
+	size := 0
+	for i, e := range entries {
+		p := entryToProto(e)
+		if sz := proto.Size(p); i > 0 && size+sz > maxPageBytes {
+			break
+		} else {
+			size += sz
+		}
+		resp.Messages = append(resp.Messages, p)
 	}
-	if next := offset + len(entries); next < total {
-		resp.NextPageToken = "m" + strconv.Itoa(next)
+	if len(resp.Messages) < total-offset {
+		resp.NextPageToken = a.pages.seal(tenant, listing, session.MessagesTokenAfter(offset, len(resp.Messages)))
 	}
 	return resp, nil
 }

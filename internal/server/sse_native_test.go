@@ -261,9 +261,9 @@ func TestNativeSSEMatchesGateway(t *testing.T) {
 		{"unknown session", "GET", ev(missingID, ""), []string{sseAccept, bearerA}, "", "404"},
 		{"another tenant's session", "GET", ev(other, ""), []string{sseAccept, bearerA}, "", "404"},
 		{"malformed id", "GET", ev("xyz", ""), []string{sseAccept, bearerA}, "", "400"},
-		{"no token", "GET", ev(done, ""), []string{sseAccept}, "", "401"},
-		{"bad token", "GET", ev(done, ""), []string{sseAccept, "Authorization: Bearer nope"}, "", "401"},
-		{"not a bearer", "GET", ev(done, ""), []string{sseAccept, "Authorization: Basic eA=="}, "", "401"},
+		{"no token (refused before the routes)", "GET", ev(done, ""), []string{sseAccept}, "", "401"},
+		{"bad token (refused before the routes)", "GET", ev(done, ""), []string{sseAccept, "Authorization: Bearer nope"}, "", "401"},
+		{"not a bearer (refused before the routes)", "GET", ev(done, ""), []string{sseAccept, "Authorization: Basic eA=="}, "", "401"},
 		{"after the newest", "GET", ev(done, "?afterSeq=999"), []string{sseAccept, bearerA}, "", "400"},
 		{"after_seq not a number", "GET", ev(done, "?afterSeq=abc"), []string{sseAccept, bearerA}, "", "400"},
 		{"repeated after_seq", "GET", ev(done, "?after_seq=1&afterSeq=2"), []string{sseAccept, bearerA}, "", "400"},
@@ -293,14 +293,15 @@ func TestNativeSSEMatchesGateway(t *testing.T) {
 		{"prompt: empty text", "POST", pr(idle), []string{sseAccept, bearerA, "Content-Type: application/json"}, `{}`, "400"},
 		{"prompt: empty body", "POST", pr(idle), []string{sseAccept, bearerA}, ``, "400"},
 		{"prompt: bad fault script", "POST", pr(idle), []string{sseAccept, bearerA}, `{"text":"[[faults: nope]]"}`, "400"},
-		{"prompt: no token", "POST", pr(idle), []string{sseAccept}, `{"text":"hi"}`, "401"},
+		{"prompt: no token (refused before the routes)", "POST", pr(idle), []string{sseAccept}, `{"text":"hi"}`, "401"},
 		{"prompt: sessionId in the body", "POST", pr(missingID), []string{sseAccept, bearerA}, `{"text":"hi","sessionId":"` + idle + `"}`, "404"},
-		{"prompt: over 4 MiB", "POST", pr(idle), []string{sseAccept, bearerA}, `{"text":"` + strings.Repeat("x", 4<<20) + `"}`, "429"},
 		{"prompt: CORS origin", "POST", pr(missingID), []string{sseAccept, bearerA, "Origin: http://app.example"}, `{"text":"hi"}`, "404"},
 	} {
-		// A bad ticket is refused before the stream routes (web.go); the
-		// others named so stay on the gateway.
-		gateway := strings.Contains(c.target, "ticket=v1.x") || c.name == "ticket of another session" || strings.Contains(c.name, "(the gateway")
+		// A bad ticket, a missing token and an oversized body are refused
+		// before the stream routes (web.go); the others named so stay on
+		// the gateway.
+		gateway := strings.Contains(c.target, "ticket=v1.x") || c.name == "ticket of another session" || strings.Contains(c.name, "(the gateway") ||
+			strings.Contains(c.name, "before the routes")
 		got := ts.sameAs(t, c.name, c.method, c.target, c.headers, c.body, nil, !gateway)
 		if !strings.HasPrefix(got, "HTTP/1.1 "+c.status+" ") {
 			t.Errorf("%s: %q, want %s", c.name, got[:min(len(got), 300)], c.status)

@@ -62,6 +62,10 @@ type webAPI struct {
 	promptHandler, eventsHandler grpc.StreamHandler
 	frames                       *frameCache
 	viaGateway                   func(*http.Request) bool // tests and benchmarks: serve r's stream through the gateway
+
+	auth        *authenticator
+	maxBody     int64         // limits.max_request_bytes
+	bodyTimeout time.Duration // limits.body_timeout_ms
 }
 
 // webAPI wraps the gateway gw for browsers; sse is its SSE marshaler.
@@ -71,6 +75,7 @@ func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
 	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: s.tickets,
 		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{},
 		sse: sse, agent: s.agent, frames: newFrameCache(), viaGateway: s.sseViaGateway,
+		auth: s.auth, maxBody: s.cfg.Limits.MaxRequestBytes, bodyTimeout: time.Duration(s.cfg.Limits.BodyTimeoutMs) * time.Millisecond,
 		promptHandler: s.streamInterceptors.bind(promptRoute.info, promptRoute.handler),
 		eventsHandler: s.streamInterceptors.bind(eventsRoute.info, eventsRoute.handler)}
 	if s.noSharedFrames {
@@ -157,6 +162,18 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 	eventsID, isEvents := sessionRoute(r.URL.Path, "/events")
 	isEvents = isEvents && r.Method == http.MethodGet
 	q := r.URL.Query()
+	// The token first: nothing of an unauthenticated request's body is
+	// read. (A ticket is checked below; the gRPC interceptors check again.)
+	if a.auth.required() && !q.Has("ticket") {
+		if err := a.bearer(r); err != nil {
+			a.fail(w, r, err)
+			return webRoute{kind: routeDone}
+		}
+	}
+	var ok bool
+	if r, ok = a.readBody(w, r); !ok {
+		return webRoute{kind: routeDone}
+	}
 	if q.Has("ticket") {
 		if !isEvents {
 			a.fail(w, r, status.Error(codes.Unauthenticated, "a stream ticket is accepted only on GET /v1/sessions/{session_id}/events"))
@@ -196,6 +213,16 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 		}
 	}
 	return webRoute{kind: routeGateway, r: r}
+}
+
+// bearer checks r's Authorization header.
+func (a *webAPI) bearer(r *http.Request) error {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return errNoToken
+	}
+	_, err := a.auth.check(h)
+	return err
 }
 
 // ticketParam is the one ticket of a query ("" when repeated: refused).

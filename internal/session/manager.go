@@ -43,7 +43,25 @@ type InvalidError struct {
 func (e *InvalidError) Error() string { return e.Field + ": " + e.Msg }
 
 func invalid(field, format string, args ...any) error {
-	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, clipArgs(args)...)}
+}
+
+// maxEcho bounds what of a caller's input an error repeats.
+const maxEcho = 128
+
+// clipArgs cuts the strings among args to maxEcho bytes (on a rune
+// boundary), noting their length: an error never echoes a huge input whole.
+func clipArgs(args []any) []any {
+	for i, a := range args {
+		if s, ok := a.(string); ok && len(s) > maxEcho {
+			cut := maxEcho
+			for cut > 0 && s[cut]&0xC0 == 0x80 {
+				cut--
+			}
+			args[i] = fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
+		}
+	}
+	return args
 }
 
 // Provider is a configured provider as the session engine sees it.

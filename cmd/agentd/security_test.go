@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/config"
+)
+
+// syncBuffer is a bytes.Buffer safe for a logger writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// logRecords returns the JSON records of a log, failing on a line that is
+// not one.
+func logRecords(t *testing.T, log string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if line == "" || strings.HasPrefix(line, "agentd serve: ") {
+			continue // the command's own error, written after the log
+		}
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Errorf("log line is not a JSON record: %q", line)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "agentd.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The listen flags obey the file's rules: without auth.tokens, a
+// non-loopback --http-addr or --grpc-addr stops start-up before anything
+// listens, as the same address in the file does.
+func TestServeListenFlagsAreValidated(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--http-addr", "192.0.2.2:0"},
+			`agentd serve: --http-addr: config: listen.http: "192.0.2.2:0" is not a loopback address; without auth.tokens agentd listens on loopback only`},
+		{[]string{"serve", "--grpc-addr", "192.0.2.2:0", "--http-addr", "127.0.0.1:0"},
+			`agentd serve: --grpc-addr: config: listen.grpc: "192.0.2.2:0" is not a loopback address`},
+		{[]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "0.0.0.0:0"},
+			`agentd serve: --http-addr: config: listen.http: "0.0.0.0:0" is not a loopback address`},
+		{[]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "nonsense"},
+			`agentd serve: --http-addr: config: listen.http: "nonsense" is not host:port`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(tc.args, strings.NewReader(""), &stdout, &stderr)
+		if code == 0 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want non-zero and %q", tc.args, code, stderr.String(), tc.want)
+		}
+		if strings.Contains(stderr.String(), "agentd serving") {
+			t.Errorf("%v: agentd served: %s", tc.args, stderr.String())
+		}
+	}
+}
+
+// A Redis store without store.redis.secret_key_env holds credential
+// secrets in clear: serve says so in its log at start.
+func TestServeWarnsOfSecretsInClearInRedis(t *testing.T) {
+	cfg := writeConfig(t, "store: {backend: redis}\n")
+	var stdout, stderr bytes.Buffer
+	// The listen flag then stops start-up, before Redis is dialled.
+	code := run([]string{"serve", "--config", cfg, "--log-format", "json", "--http-addr", "192.0.2.2:0"}, strings.NewReader(""), &stdout, &stderr)
+	if code == 0 {
+		t.Fatalf("serve exited 0: %s", stderr.String())
+	}
+	found := false
+	for _, r := range logRecords(t, stderr.String()) {
+		msg, _ := r["msg"].(string)
+		if r["level"] == "WARN" && strings.Contains(msg, "credential secrets are stored in clear in Redis") &&
+			strings.Contains(msg, "store.redis.secret_key_env") && r["key"] == "store.redis.secret_key_env" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no warning naming store.redis.secret_key_env in the log:\n%s", stderr.String())
+	}
+}
+
+func TestWarnConfig(t *testing.T) {
+	t.Setenv("AGENTD_TEST_REDIS_KEY", strings.Repeat("k", 32))
+	t.Setenv("AGENTD_TEST_TICKET_KEY", strings.Repeat("t", 32))
+	for _, tc := range []struct {
+		yaml string
+		want []string // the keys warned about
+	}{
+		{"", nil},
+		{"store: {backend: redis}", []string{"store.redis.secret_key_env", "http.ticket_key_env"}},
+		{"store: {backend: redis, redis: {secret_key_env: AGENTD_TEST_REDIS_KEY}}", []string{"http.ticket_key_env"}},
+		{"store: {backend: redis, redis: {secret_key_env: AGENTD_TEST_REDIS_KEY}}\nhttp: {ticket_key_env: AGENTD_TEST_TICKET_KEY}", nil},
+	} {
+		cfg, err := loadConfig(t, tc.yaml)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		warnConfig(cfg, slog.New(slog.NewJSONHandler(&buf, nil)))
+		var got []string
+		for _, r := range logRecords(t, buf.String()) {
+			if r["level"] != "WARN" {
+				t.Errorf("%q: record %v is not a warning", tc.yaml, r)
+			}
+			got = append(got, r["key"].(string))
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%q: warned about %v, want %v", tc.yaml, got, tc.want)
+		}
+	}
+}
+
+func loadConfig(t *testing.T, yaml string) (*config.Config, error) {
+	t.Helper()
+	return config.Load(writeConfig(t, yaml))
+}
+
+// go-redis' log lines come out as records of agentd's log.
+func TestRedisLoggerWritesJSONRecords(t *testing.T) {
+	var buf bytes.Buffer
+	l := redisLogger{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	l.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %v\n", 5, "refused")
+	l.Printf(nil, "redis: %s", "no context") // a nil context is tolerated
+	recs := logRecords(t, buf.String())
+	if len(recs) != 2 {
+		t.Fatalf("records %v, want 2", recs)
+	}
+	if recs[0]["level"] != "WARN" || recs[0]["component"] != "go-redis" ||
+		recs[0]["msg"] != "redis: connection pool: failed to dial after 5 attempts: refused" {
+		t.Errorf("record %v", recs[0])
+	}
+	if recs[1]["msg"] != "redis: no context" {
+		t.Errorf("record %v", recs[1])
+	}
+}
+
+// serve routes go-redis' logger through its slog logger: after serve set
+// it up, a line go-redis logs lands in serve's log as a JSON record.
+func TestServeRoutesRedisLogsThroughSlog(t *testing.T) {
+	t.Cleanup(func() { redis.SetLogger(redisLogger{log: slog.New(slog.NewTextHandler(os.Stderr, nil))}) })
+	var stdout bytes.Buffer
+	var stderr syncBuffer
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	if code := run([]string{"serve", "--config", missing, "--log-format", "json"}, strings.NewReader(""), &stdout, &stderr); code == 0 {
+		t.Fatalf("serve with a missing config exited 0: %s", stderr.String())
+	}
+	// go-redis warns of a sub-second EXPIRE when it builds the command: a
+	// pipeline that is never executed dials nothing.
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	c.Pipeline().Expire(context.Background(), "k", 500*time.Millisecond)
+	found := false
+	for _, r := range logRecords(t, stderr.String()) {
+		msg, _ := r["msg"].(string)
+		if r["component"] == "go-redis" && strings.Contains(msg, "specified duration is 500ms") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("go-redis' line is not a record of serve's log:\n%s", stderr.String())
+	}
+}
