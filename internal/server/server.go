@@ -66,8 +66,8 @@ type Server struct {
 	// metricsLis and metricsSrv serve /metrics alone (metrics.listen).
 	metricsLis net.Listener
 	metricsSrv *http.Server
-	health           *health.Server
-	gwConn           *grpc.ClientConn
+	health     *health.Server
+	gwConn     *grpc.ClientConn
 	// gwLis is the gateway's in-process way to the gRPC server: no second
 	// TCP hop for REST and SSE.
 	gwLis *bufconn.Listener
