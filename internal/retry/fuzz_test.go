@@ -3,6 +3,7 @@ package retry
 import (
 	"math"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -14,6 +15,7 @@ import (
 //	go test -run '^$' -fuzz FuzzParseHint -fuzztime 30s ./internal/retry/
 //	go test -run '^$' -fuzz FuzzClassify -fuzztime 30s ./internal/retry/
 //	go test -run '^$' -fuzz FuzzPlan -fuzztime 30s ./internal/retry/
+//	go test -run '^$' -fuzz FuzzParseHintHeaders -fuzztime 30s ./internal/retry/
 
 var validClasses = map[Class]bool{
 	ClassTransient: true, ClassUsageLimit: true, ClassContextOverflow: true,
@@ -55,6 +57,79 @@ func FuzzParseHint(f *testing.F) {
 		checkHint(t, "ParseHint(nil)", d, ok)
 		d, ok = ParseHint(h, "", now)
 		checkHint(t, "ParseHint(headers only)", d, ok)
+	})
+}
+
+// fuzzHeaders reads "Name: value" lines into a header map, names as written
+// (any case, any bytes: what a provider's proxy may send). A line without a
+// colon is a name with an empty value.
+func fuzzHeaders(lines string) http.Header {
+	h := http.Header{}
+	for _, line := range strings.Split(lines, "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		h[k] = append(h[k], v)
+	}
+	return h
+}
+
+// FuzzParseHintHeaders gives ParseHint whole header maps: several headers,
+// each name in any spelling and repeated, with the bucket headers
+// (-remaining, -status) that decide which resets count. Besides the bounds,
+// the header view's fast paths must answer as the plain look-ups they stand
+// for, whatever the map's iteration order.
+func FuzzParseHintHeaders(f *testing.F) {
+	for _, seed := range []struct{ headers, msg string }{
+		{"retry-after: 20", ""},
+		{"Retry-After: Thu, 21 Aug 2025 12:41:00 GMT", ""},
+		{"retry-after-ms: 1500.5\nretry-after: 3", ""},
+		{"X-Ms-Retry-After-Ms: 250", ""},
+		{"x-ratelimit-reset: 1755780060\nx-ratelimit-reset-ms: 1755780060000", ""},
+		{"x-ratelimit-reset-after: 6m0s", ""},
+		{"x-ratelimit-reset-tokens: 6m0s\nx-ratelimit-remaining-tokens: 0\nx-ratelimit-reset-requests: 1s\nx-ratelimit-remaining-requests: 5", "try again in 9.8s"},
+		{"anthropic-ratelimit-tokens-reset: 2025-08-21T12:40:59Z\nanthropic-ratelimit-tokens-remaining: 0", ""},
+		{"anthropic-ratelimit-unified-reset: 1755780060\nanthropic-ratelimit-unified-status: rejected\nanthropic-ratelimit-unified-5h-reset: 1755790060\nanthropic-ratelimit-unified-5h-status: allowed_warning", ""},
+		{"ANTHROPIC-RATELIMIT-TOKENS-RESET: 2025-08-21T13:00:00Z\nAnthropic-Ratelimit-Tokens-Reset: 2025-08-21T12:50:00Z", ""},
+		{"retry-after: \nRetry-After: 7\nRETRY-AFTER: 9", ""},
+		{"retry-after-m\u017f: 5\n\u212aey: 1\nx-ratelimit-re\u017fet-tokens: 1m", ""},
+		{"x-ratelimit-reset-: 5\nx-ratelimit-remaining-: 0\nx-ratelimit-reset-msx: 2", ""},
+		{"anthropic-ratelimit-a b-reset: 1755780060\nanthropic-ratelimit-a b-remaining: 3", ""},
+		{"retry-after: 1e308\nx-ratelimit-reset: 99999999999999999999", "resets at 9999-12-31T23:59:59Z"},
+		{"retry-after: -1\nx-ratelimit-reset: +5\nx-ratelimit-reset-after: -6m", "retry-after: 12"},
+		{"", "Rate limited. Please retry after 2 hours and 5 minutes"},
+		{"content-type: application/json", `{"error":{"details":[{"retryDelay":"7s"}]}}`},
+	} {
+		f.Add(seed.headers, seed.msg, testNow.Unix())
+	}
+	f.Fuzz(func(t *testing.T, lines, msg string, nowUnix int64) {
+		h := fuzzHeaders(lines)
+		now := time.Unix(nowUnix, 0)
+		d, ok := ParseHint(h, msg, now)
+		checkHint(t, "ParseHint", d, ok)
+		for range 2 {
+			if d2, ok2 := ParseHint(h, msg, now); d2 != d || ok2 != ok {
+				t.Fatalf("ParseHint(%q) not deterministic: %v,%v then %v,%v", lines, d, ok, d2, ok2)
+			}
+		}
+		// The plain look-ups: headerValue and the general bucket loop.
+		pd, pok := parseHint(headerView{h: h}, prepareMessage(msg, false), now)
+		if pd != d || pok != ok {
+			t.Fatalf("ParseHint(%q, %q) = %v,%v; with the plain look-ups %v,%v", lines, msg, d, ok, pd, pok)
+		}
+		v := viewHeaders(h)
+		for _, name := range []string{"retry-after", "retry-after-ms", "x-ratelimit-reset", "x-ratelimit-reset-tokens", "anthropic-ratelimit-tokens-remaining"} {
+			want := headerValue(h, name)
+			if got := v.get(newHeaderName(name)); got != want {
+				t.Fatalf("get(%q) in %q = %q, headerValue says %q", name, lines, got, want)
+			}
+			if got := v.getBytes([]byte(name)); got != want {
+				t.Fatalf("getBytes(%q) in %q = %q, headerValue says %q", name, lines, got, want)
+			}
+		}
+		bd, bok := hintFromBucketResets(v, now)
+		wd, wok := hintFromBucketResetsAnyKeys(h, now)
+		if bd != wd || bok != wok {
+			t.Fatalf("hintFromBucketResets(%q) = %v %v, the general loop says %v %v", lines, bd, bok, wd, wok)
+		}
 	})
 }
 

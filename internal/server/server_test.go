@@ -38,7 +38,7 @@ type testServer struct {
 
 // start runs agentd on loopback ports with the given YAML configuration
 // (listen addresses are set to port 0).
-func start(t *testing.T, yaml string, opts ...server.Option) *testServer {
+func start(t testing.TB, yaml string, opts ...server.Option) *testServer {
 	t.Helper()
 	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
 	if err != nil {

@@ -270,7 +270,7 @@ func TestNativeSSEMatchesGateway(t *testing.T) {
 		{"bad query escape", "GET", ev(done, "?afterSeq=%zz"), []string{sseAccept, bearerA}, "", "400"},
 		{"dropped events", "GET", ev(long, "?afterSeq=0"), []string{sseAccept, bearerA}, "", "400"},
 		{"dropped events, Last-Event-ID", "GET", ev(long, ""), []string{sseAccept, bearerA, "Last-Event-ID: 1"}, "", "400"},
-		{"Last-Event-ID not a seq", "GET", ev(done, ""), []string{sseAccept, bearerA, "Last-Event-ID: x"}, "", "400"},
+		{"Last-Event-ID not a seq (refused before the routes)", "GET", ev(done, ""), []string{sseAccept, bearerA, "Last-Event-ID: x"}, "", "400"},
 		{"ticket, the query names another session", "GET", ev(done, "?ticket="+url.QueryEscape(ticket)+"&session_id="+idle+"&sessionId="+idle+"&afterSeq=999"), []string{sseAccept}, "", "400"},
 		{"ticket of another session", "GET", ev(idle, "?ticket="+url.QueryEscape(ticket)), []string{sseAccept}, "", "401"},
 		{"bad ticket", "GET", ev(done, "?ticket=v1.x.y"), []string{sseAccept}, "", "401"},

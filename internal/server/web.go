@@ -188,7 +188,12 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 		r = withQuery(r.WithContext(context.WithValue(r.Context(), grantCtxKey{}, makeGrant(tenant, eventsID))), q)
 	}
 	if isEvents {
-		r = resumeFromLastEventID(r)
+		resumed, err := resumeFromLastEventID(r)
+		if err != nil {
+			a.fail(w, r, err)
+			return webRoute{kind: routeDone}
+		}
+		r = resumed
 	}
 	if id, ok := sessionRoute(r.URL.Path, ":prompt"); ok && r.Method == http.MethodPost {
 		start, err := promptStartWanted(r)
@@ -292,23 +297,40 @@ func withQuery(r *http.Request, q url.Values) *http.Request {
 
 // resumeFromLastEventID: an EventSource reconnects to the URL it was opened
 // with, adding Last-Event-ID; the later seq wins over the URL's afterSeq.
-func resumeFromLastEventID(r *http.Request) *http.Request {
-	last, err := strconv.ParseUint(strings.TrimSpace(r.Header.Get("Last-Event-ID")), 10, 64)
+// The header's seq is put in the URL (as afterSeq when it has neither
+// spelling), so that it counts even where the gateway would drop it from
+// the call's metadata (a value with non-ASCII spaces around the seq). A
+// Last-Event-ID that is not a seq is INVALID_ARGUMENT, whatever the URL
+// says.
+func resumeFromLastEventID(r *http.Request) (*http.Request, error) {
+	header := r.Header.Get("Last-Event-ID")
+	if header == "" {
+		return r, nil
+	}
+	last, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64)
 	if err != nil {
-		return r
+		return nil, invalidArg("Last-Event-ID", "%q is not an event seq", header)
 	}
 	q := r.URL.Query()
-	changed := false
+	changed, inURL := false, false
 	for _, name := range []string{"afterSeq", "after_seq"} {
+		if !q.Has(name) {
+			continue
+		}
+		inURL = true
 		if v, err := strconv.ParseUint(q.Get(name), 10, 64); err == nil && last > v {
 			q.Set(name, strconv.FormatUint(last, 10))
 			changed = true
 		}
 	}
-	if !changed {
-		return r
+	if !inURL && last > 0 {
+		q.Set("afterSeq", strconv.FormatUint(last, 10))
+		changed = true
 	}
-	return withQuery(r, q)
+	if !changed {
+		return r, nil
+	}
+	return withQuery(r, q), nil
 }
 
 // promptStartWanted reports whether a prompt request asks to return once the

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// The stream-ticket fuzzers: forged and mutated tickets and grants never
+// verify, and never as another tenant or session; nothing panics. Run one
+// with
+//
+//	go test -run '^$' -fuzz '^FuzzStreamTicket$' -fuzztime 10m ./internal/server/
+//	go test -run '^$' -fuzz '^FuzzStreamGrant$' -fuzztime 10m ./internal/server/
+
+// fuzzTicketKey and fuzzTicketNow make the fuzzed authority's tickets the
+// same in every process, so that valid tickets can be seeds.
+var (
+	fuzzTicketKey = strings.Repeat("k", 32)
+	fuzzTicketNow = time.UnixMilli(1_800_000_000_000)
+)
+
+// fuzzTicketAuthority is the authority whose tickets FuzzStreamTicket
+// forges.
+func fuzzTicketAuthority() *ticketAuthority {
+	return newTicketAuthority(fuzzTicketKey, time.Minute, func() time.Time { return fuzzTicketNow })
+}
+
+// encodeTicket is mint's encoding of p, with the nonce and expiry given.
+func encodeTicket(ta *ticketAuthority, p ticketPayload) string {
+	body, _ := json.Marshal(p)
+	payload := base64.RawURLEncoding.EncodeToString(body)
+	return ticketPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(ta.mac(payload))
+}
+
+// fuzzTickets are the tickets fuzzTicketAuthority signed.
+var fuzzTickets = []ticketPayload{
+	{Tenant: "team-a", Session: "ses_1", Expiry: fuzzTicketNow.Add(time.Minute).UnixMilli(), Nonce: "bm9uY2Ux"},
+	{Tenant: "team-b", Session: "ses_2", Expiry: fuzzTicketNow.Add(time.Hour).UnixMilli(), Nonce: "bm9uY2Uy"},
+	{Tenant: "team-a", Session: "ses_3", Expiry: fuzzTicketNow.UnixMilli(), Nonce: "ZXhwaXJlZA"}, // expired
+	{Tenant: "t.e_a-m", Session: "ses_aaaaaaaaaaaaaaaaaaaaaaaaaa", Expiry: fuzzTicketNow.Add(time.Millisecond).UnixMilli()},
+}
+
+// editString applies edits to s: each three bytes (op, position, byte)
+// replace, insert or delete one byte.
+func editString(s string, edits []byte) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(edits); i += 3 {
+		op, c := edits[i]%3, edits[i+2]
+		if len(b) == 0 {
+			op = 1
+		}
+		pos := int(edits[i+1]) % (len(b) + 1)
+		switch op {
+		case 0:
+			pos %= len(b)
+			b[pos] = c
+		case 1:
+			b = append(b[:pos], append([]byte{c}, b[pos:]...)...)
+		case 2:
+			pos %= len(b)
+			b = append(b[:pos], b[pos+1:]...)
+		}
+	}
+	return string(b)
+}
+
+// FuzzStreamTicket checks verify on any ticket for any session, and on the
+// edits of a freshly minted one: only a ticket the authority signed
+// verifies, unchanged, for its own session, as its own tenant, before its
+// expiry.
+func FuzzStreamTicket(f *testing.F) {
+	ta := fuzzTicketAuthority()
+	signed := map[string]ticketPayload{}
+	for _, p := range fuzzTickets {
+		tk := encodeTicket(ta, p)
+		signed[tk] = p
+		f.Add(tk, p.Session, []byte{})
+		f.Add(tk, "ses_9", []byte{0, 200, 'A'})
+		payload, sig, _ := strings.Cut(strings.TrimPrefix(tk, ticketPrefix), ".")
+		f.Add(ticketPrefix+payload+"."+sig+"A", p.Session, []byte{2, 255, 0})
+		f.Add(ticketPrefix+payload+"\n."+sig, p.Session, []byte{1, 40, '\n'})
+		f.Add(ticketPrefix+payload+".."+sig, p.Session, []byte{1, 0, '.'})
+		// The same MAC in other spellings: a line break inside, another
+		// unused trailing bit.
+		f.Add(ticketPrefix+payload+"."+sig[:10]+"\r\n"+sig[10:], p.Session, []byte{1, 120, '\r'})
+		const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+		last := strings.IndexByte(alphabet, sig[len(sig)-1])
+		f.Add(ticketPrefix+payload+"."+sig[:len(sig)-1]+alphabet[last^1:last^1+1], p.Session, []byte{0, 255, alphabet[last^1]})
+	}
+	// A minted ticket verifies, and is what encodeTicket makes.
+	if live, _ := ta.mint("team-a", "ses_1"); !strings.HasPrefix(live, ticketPrefix) {
+		f.Fatalf("mint = %q", live)
+	} else if tenant, err := ta.verify(live, "ses_1"); err != nil || tenant != "team-a" {
+		f.Fatalf("verify(mint) = %q, %v", tenant, err)
+	}
+	for _, s := range []string{"", "v1.", "v1..", "v2.e30.AAAA", "v1.e30.", "v1.bnVsbA.x", "v1.e30=.AAAA", "v1.!!!.???",
+		"v1." + base64.RawURLEncoding.EncodeToString([]byte(`{"t":"team-a","s":"ses_1","e":9999999999999}`)) + "." + strings.Repeat("A", 43)} {
+		f.Add(s, "ses_1", []byte{})
+	}
+	other := newTicketAuthority(strings.Repeat("o", 32), time.Minute, ta.now)
+
+	f.Fuzz(func(t *testing.T, ticket, sessionID string, edits []byte) {
+		tenant, err := ta.verify(ticket, sessionID)
+		p, isSigned := signed[ticket]
+		switch {
+		case err == nil:
+			if !isSigned {
+				t.Fatalf("verify(%q, %q): a ticket the authority never signed verified as %q", ticket, sessionID, tenant)
+			}
+			if tenant != p.Tenant || sessionID != p.Session || !fuzzTicketNow.Before(time.UnixMilli(p.Expiry)) {
+				t.Fatalf("verify(%q, %q) = %q: the ticket is for %+v", ticket, sessionID, tenant, p)
+			}
+		case errors.Is(err, errTicketExpired), errors.Is(err, errTicketSession):
+			// These come after the MAC check: only a signed ticket gets them.
+			if !isSigned {
+				t.Fatalf("verify(%q, %q) = %v: a ticket the authority never signed passed the MAC check", ticket, sessionID, err)
+			}
+		case !errors.Is(err, errTicketInvalid):
+			t.Fatalf("verify(%q, %q): unexpected error %v", ticket, sessionID, err)
+		}
+		if tenant, err := other.verify(ticket, sessionID); err == nil {
+			t.Fatalf("verify(%q, %q) under another key = %q", ticket, sessionID, tenant)
+		}
+
+		// A mutated fresh ticket verifies only unchanged, and never for
+		// another session.
+		fresh, _ := ta.mint("team-a", "ses_1")
+		mutated := editString(fresh, edits)
+		for _, sid := range []string{"ses_1", sessionID} {
+			tenant, err := ta.verify(mutated, sid)
+			if err != nil {
+				continue
+			}
+			if mutated != fresh {
+				t.Fatalf("a mutated ticket verified: %q (minted %q) for %q as %q", mutated, fresh, sid, tenant)
+			}
+			if sid != "ses_1" || tenant != "team-a" {
+				t.Fatalf("the ticket of team-a's ses_1 verified for %q as %q", sid, tenant)
+			}
+		}
+	})
+}
+
+// FuzzStreamGrant checks the grants the HTTP face hands the gRPC layer:
+// a grant made for a tenant's session reads back as them (for valid names),
+// an edited grant reads back as the same tenant and session or not at all,
+// and only StreamEvents takes one.
+func FuzzStreamGrant(f *testing.F) {
+	for _, s := range []struct {
+		tenant, session string
+		edits           []byte
+	}{
+		{"team-a", "ses_1", nil},
+		{"local", "ses_aaaaaaaaaaaaaaaaaaaaaaaaaa", []byte{0, 3, 'x'}},
+		{"team-a", "ses_1", []byte{0, 255, 'B'}},
+		{"team-a", "ses_1", []byte{1, 10, '\n'}},
+		{"team-a", "ses_1", []byte{2, 0, 0, 2, 0, 0}},
+		{"", "ses_1", nil},
+		{"team-a", "", nil},
+		{"a\xffb", "ses_1", nil},
+		{"<team>&", "ses\u2028", nil},
+		{"team-a\",\"s\":\"ses_2", "ses_1", nil},
+	} {
+		f.Add(s.tenant, s.session, s.edits)
+	}
+	f.Fuzz(func(t *testing.T, tenant, sessionID string, edits []byte) {
+		now := time.Now()
+		g := makeGrant(tenant, sessionID)
+		gt, gs, err := parseGrant(g, now)
+		switch {
+		case err == nil && (gt != tenant || gs != sessionID):
+			t.Fatalf("grant for %q %q read back as %q %q", tenant, sessionID, gt, gs)
+		case err != nil && tenant != "" && sessionID != "" && utf8.ValidString(tenant) && utf8.ValidString(sessionID):
+			t.Fatalf("grant for %q %q: %v", tenant, sessionID, err)
+		}
+		if _, _, err := parseGrant(g, now.Add(grantTTL+time.Second)); err == nil {
+			t.Fatalf("grant for %q %q passed after its expiry", tenant, sessionID)
+		}
+
+		mutated := editString(g, edits)
+		if mt, ms, err := parseGrant(mutated, now); err == nil && (mt != tenant || ms != sessionID) {
+			t.Fatalf("edited grant %q (of %q for %q %q) read as %q %q", mutated, g, tenant, sessionID, mt, ms)
+		}
+		md := metadata.Pairs(streamGrantKey, mutated)
+		if _, ok, err := authenticateGrant(context.Background(), "/agentd.v1.AgentService/Prompt", md); !ok || status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("a grant on Prompt: %v %v", ok, err)
+		}
+		ctx, ok, err := authenticateGrant(context.Background(), streamEventsRPC, md)
+		if !ok {
+			t.Fatalf("a grant was not taken for one")
+		}
+		if err == nil {
+			if c := callerOf(ctx); c.tenant != tenant || c.admin {
+				t.Fatalf("grant %q authenticated as %+v, want tenant %q", mutated, c, tenant)
+			}
+			if sid, _ := ctx.Value(grantSessionKey{}).(string); sid != sessionID {
+				t.Fatalf("grant %q scoped to %q, want %q", mutated, sid, sessionID)
+			}
+		} else if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("grant %q: %v", mutated, err)
+		}
+	})
+}
