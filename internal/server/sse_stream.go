@@ -248,6 +248,12 @@ type sseStream struct {
 	buf       []byte    // the frames of a reader that shares none
 	ev        session.Event
 	shared    *sessionFrames // joined on the first event
+	// sub is the subscription forward reads (nil: every write is
+	// flushed). While it holds events taken from the log in one batch, a
+	// frame is written but not flushed: one flush (one write syscall) per
+	// burst of ready frames. The last of a batch is flushed at once; no
+	// frame waits for one that is not there yet.
+	sub *session.Subscription
 }
 
 var _ grpc.ServerStream = (*sseStream)(nil)
@@ -339,21 +345,27 @@ func (s *sseStream) frame(dst []byte, ev *agentdv1.Event) ([]byte, error) {
 	return append(frame, sseDelimiter...), nil
 }
 
-// write writes and flushes p. A frame's delimiter is written on its own, as
-// the gateway wrote it: a frame longer than net/http's chunk buffer goes out
-// as the same two chunks.
+// write writes p and flushes it, unless more frames of the same burst
+// follow (see sub). A frame's delimiter is written on its own, as the
+// gateway wrote it: a frame longer than net/http's chunk buffer goes out as
+// the same two chunks.
 func (s *sseStream) write(p []byte, frame bool) error {
 	if !s.flushed {
 		// The first write sends the header too, and net/http's header
 		// writer takes about 4.5 KiB of stack: done on a goroutine of its
 		// own (the handler's waits for it, so the response is never used
 		// by two at once), the handler's goroutine, on which an idle
-		// stream waits for hours, keeps an 8 KiB stack instead of 16.
+		// stream waits for hours, keeps an 8 KiB stack instead of 16. It is
+		// always flushed, so that the header is written there.
 		s.flushed = true
 		errc := make(chan error, 1)
-		go func() { errc <- s.write(p, frame) }()
+		go func() { errc <- s.writeOut(p, frame, true) }()
 		return <-errc
 	}
+	return s.writeOut(p, frame, s.sub == nil || s.sub.Buffered() == 0)
+}
+
+func (s *sseStream) writeOut(p []byte, frame, flush bool) error {
 	if frame {
 		n := len(p) - len(sseDelimiter)
 		if _, err := s.w.Write(p[:n]); err != nil {
@@ -364,8 +376,10 @@ func (s *sseStream) write(p []byte, frame bool) error {
 	if _, err := s.w.Write(p); err != nil {
 		return clientGone(err)
 	}
-	if err := s.rc.Flush(); err != nil {
-		return clientGone(err)
+	if flush {
+		if err := s.rc.Flush(); err != nil {
+			return clientGone(err)
+		}
 	}
 	s.last = time.Now()
 	return nil
@@ -396,6 +410,7 @@ func (s *sseStream) ping() error {
 // the wait), and the ping is written here, by the handler's goroutine. The
 // wait derives from ctx, so it ends with forward at the latest.
 func (s *sseStream) pinging(sub *session.Subscription) func(context.Context) (*session.Event, error) {
+	s.sub = sub
 	var wait context.Context
 	var stop context.CancelFunc
 	return func(ctx context.Context) (*session.Event, error) {

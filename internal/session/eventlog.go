@@ -249,6 +249,11 @@ func (s *Subscription) NextRef(ctx context.Context) (*Event, error) {
 	return e, nil
 }
 
+// Buffered is how many events NextRef returns without waiting: those
+// already taken from the log in the last batch. A writer forwarding them
+// flushes once the batch is out, not after each.
+func (s *Subscription) Buffered() int { return len(s.buf) }
+
 // fill copies every held event after the cursor, or waits for one.
 func (s *Subscription) fill(ctx context.Context) error {
 	l := s.log
