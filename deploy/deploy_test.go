@@ -1558,6 +1558,11 @@ func TestConfigMapIsAValidConfig(t *testing.T) {
 			refs = append(refs, str(cr, "api_key_env"))
 		}
 	}
+	for _, key := range [][]any{{"http", "ticket_key_env"}, {"store", "redis", "secret_key_env"}} {
+		if r := str(raw, key...); r != "" {
+			refs = append(refs, r)
+		}
+	}
 	for _, r := range refs {
 		if _, ok := env[r]; !ok || r == "" {
 			t.Errorf("the config reads $%s, which the Deployment does not get from a Secret", r)
@@ -1628,6 +1633,75 @@ func TestConfigMapIsAValidConfig(t *testing.T) {
 	}
 	if _, err := cfg.RetrySettings(); err != nil {
 		t.Error(err)
+	}
+}
+
+// sharedKeyProblems lists what a Deployment of several replicas lacks among
+// the keys they must share: http.ticket_key_env (without it each replica
+// signs browser stream tickets with a random key of its own, and the others
+// refuse them) and store.redis.secret_key_env (without it Redis holds the
+// credential secrets in clear), each read from a Secret (env: the
+// Deployment's environment from Secrets).
+func sharedKeyProblems(replicas int, cfg *config.Config, env map[string]string) []string {
+	if replicas < 2 {
+		return nil
+	}
+	var out []string
+	for _, k := range []struct{ key, name, value string }{
+		{"http.ticket_key_env", cfg.HTTP.TicketKeyEnv, cfg.HTTP.TicketKey},
+		{"store.redis.secret_key_env", cfg.Store.Redis.SecretKeyEnv, cfg.Store.Redis.SecretKey},
+	} {
+		switch _, fromSecret := env[k.name]; {
+		case k.name == "":
+			out = append(out, fmt.Sprintf("%d replicas without %s", replicas, k.key))
+		case !fromSecret || k.value == "":
+			out = append(out, fmt.Sprintf("%s: %s does not come from a Secret", k.key, k.name))
+		}
+	}
+	return out
+}
+
+// Several replicas share the stream tickets' key and the key that seals
+// credential secrets in Redis, both from the Secret.
+func TestReplicasShareTheirKeys(t *testing.T) {
+	ms := readManifests(t)
+	deploy, _, c := agentdContainer(t, ms)
+	replicas, _ := num(deploy, "spec", "replicas")
+	cfg, err := configMapConfig(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := secretEnv(t, ms, c)
+	for _, p := range sharedKeyProblems(replicas, cfg, env) {
+		t.Error(p)
+	}
+	// The Deployment names both keys in env, from the Secret: a Secret
+	// without them keeps the pods from starting.
+	named := map[string]bool{}
+	for _, e := range list(c, "env") {
+		if str(e, "valueFrom", "secretKeyRef", "key") != "" {
+			named[str(e, "name")] = true
+		}
+	}
+	for _, name := range []string{cfg.HTTP.TicketKeyEnv, cfg.Store.Redis.SecretKeyEnv} {
+		if name != "" && !named[name] {
+			t.Errorf("the Deployment's env does not take %s from the Secret (secretKeyRef)", name)
+		}
+	}
+
+	// The check catches a deployment without them.
+	bare, err := config.Parse(strings.NewReader("store: {backend: redis}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sharedKeyProblems(2, bare, env); len(got) != 2 {
+		t.Errorf("sharedKeyProblems of a bare config = %q, want both keys", got)
+	}
+	if got := sharedKeyProblems(2, cfg, map[string]string{}); len(got) != 2 {
+		t.Errorf("sharedKeyProblems without the Secret = %q, want both keys", got)
+	}
+	if got := sharedKeyProblems(1, bare, env); len(got) != 0 {
+		t.Errorf("sharedKeyProblems of one replica = %q, want none", got)
 	}
 }
 

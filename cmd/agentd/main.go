@@ -118,13 +118,7 @@ func serve(args []string, stderr io.Writer) int {
 		if f.grpc == "" && f.http == "" {
 			continue
 		}
-		if f.grpc != "" {
-			cfg.Listen.GRPC = f.grpc
-		}
-		if f.http != "" {
-			cfg.Listen.HTTP = f.http
-		}
-		if err := error(nil); err != nil {
+		if err := cfg.SetListen(f.grpc, f.http); err != nil {
 			fmt.Fprintf(stderr, "agentd serve: %s: %v\n", f.flag, err)
 			return 1
 		}

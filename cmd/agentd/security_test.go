@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,6 +65,41 @@ func writeConfig(t *testing.T, yaml string) string {
 	return path
 }
 
+// serveWatch is serve's stderr: it tells when serve logs that it serves.
+type serveWatch struct {
+	syncBuffer
+	once    sync.Once
+	serving chan struct{}
+}
+
+func (w *serveWatch) Write(p []byte) (int, error) {
+	n, err := w.syncBuffer.Write(p)
+	if strings.Contains(w.String(), `"msg":"agentd serving"`) {
+		w.once.Do(func() { close(w.serving) })
+	}
+	return n, err
+}
+
+// runRefused runs args, which must stop start-up: it returns the exit code
+// and stderr. If agentd serves instead, the test fails and agentd is
+// stopped as a terminal's ^C stops it.
+func runRefused(t *testing.T, args []string) (int, string) {
+	t.Helper()
+	w := &serveWatch{serving: make(chan struct{})}
+	done := make(chan int, 1)
+	go func() { done <- run(args, strings.NewReader(""), io.Discard, w) }()
+	select {
+	case code := <-done:
+		return code, w.String()
+	case <-w.serving:
+		t.Errorf("%v: agentd serves:\n%s", args, w.String())
+		if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		return <-done, w.String()
+	}
+}
+
 // The listen flags obey the file's rules: without auth.tokens, a
 // non-loopback --http-addr or --grpc-addr stops start-up before anything
 // listens, as the same address in the file does.
@@ -80,13 +117,9 @@ func TestServeListenFlagsAreValidated(t *testing.T) {
 		{[]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "nonsense"},
 			`agentd serve: --http-addr: config: listen.http: "nonsense" is not host:port`},
 	} {
-		var stdout, stderr bytes.Buffer
-		code := run(tc.args, strings.NewReader(""), &stdout, &stderr)
-		if code == 0 || !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("%v: exit %d, stderr %q; want non-zero and %q", tc.args, code, stderr.String(), tc.want)
-		}
-		if strings.Contains(stderr.String(), "agentd serving") {
-			t.Errorf("%v: agentd served: %s", tc.args, stderr.String())
+		code, stderr := runRefused(t, tc.args)
+		if code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want non-zero and %q", tc.args, code, stderr, tc.want)
 		}
 	}
 }
