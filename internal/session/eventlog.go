@@ -45,10 +45,13 @@ type eventLog struct {
 	// size: an idle session costs no buffer. base is 1 unless the log was
 	// moved forward (jump) or filled from older stored events (prepend), as
 	// a replica's copy of a shared session's log is.
-	ring   []Event
-	size   uint64
-	base   uint64
-	next   uint64 // the seq the next event gets
+	ring []Event
+	size uint64
+	base uint64
+	next uint64 // the seq the next event gets
+	// wake is closed when an event comes, for the readers waiting on it;
+	// nil while none waits (made by the first that does), so that an event
+	// nobody waits for costs no channel.
 	wake   chan struct{}
 	closed bool
 	subs   int
@@ -58,7 +61,7 @@ func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()
 	if onDrop == nil {
 		onDrop = func() {}
 	}
-	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), base: 1, next: 1, wake: make(chan struct{})}
+	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), base: 1, next: 1}
 }
 
 // publish stamps e with the next seq and the time, stores it and wakes
@@ -88,8 +91,10 @@ func (l *eventLog) storeLocked(e Event) {
 }
 
 func (l *eventLog) wakeLocked() {
-	close(l.wake)
-	l.wake = make(chan struct{})
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
 }
 
 // jumpLocked empties the log and moves it on to seq: readers behind it get
@@ -189,7 +194,7 @@ func (l *eventLog) close() {
 	defer l.mu.Unlock()
 	if !l.closed {
 		l.closed = true
-		close(l.wake)
+		l.wakeLocked()
 	}
 }
 
@@ -202,11 +207,20 @@ func (l *eventLog) subscribers() int {
 
 // Subscription reads a session's events in order, from a cursor on.
 type Subscription struct {
-	log    *eventLog
-	after  uint64
-	buf    []Event
+	log   *eventLog
+	after uint64
+	buf   []Event
+	// pooled holds buf's array while it is taken from eventBufs: a reader
+	// that catches up gives it back before it waits, so an idle reader
+	// holds no copy of past events, and a live one takes no new array per
+	// wake-up.
+	pooled *[]Event
+	used   int // the most of it a fill used since it was taken
 	closed bool
 }
+
+// eventBufs are the readers' batch arrays.
+var eventBufs = sync.Pool{New: func() any { b := make([]Event, 0, 16); return &b }}
 
 // subscribe returns a reader of the events after seq after. It fails at once
 // with a *DroppedError when those are gone.
@@ -266,9 +280,14 @@ func (s *Subscription) fill(ctx context.Context) error {
 	if n := l.next - 1 - s.after; n > 0 {
 		const batch = 256
 		n = min(n, batch)
-		for seq := s.after + 1; seq <= s.after+n; seq++ {
-			s.buf = append(s.buf, l.ring[(seq-l.base)%l.size])
+		if s.pooled == nil {
+			s.pooled = eventBufs.Get().(*[]Event)
 		}
+		b := (*s.pooled)[:0]
+		for seq := s.after + 1; seq <= s.after+n; seq++ {
+			b = append(b, l.ring[(seq-l.base)%l.size])
+		}
+		*s.pooled, s.buf, s.used = b, b, max(s.used, len(b))
 		l.mu.Unlock()
 		return nil
 	}
@@ -276,11 +295,14 @@ func (s *Subscription) fill(ctx context.Context) error {
 		l.mu.Unlock()
 		return ErrLogClosed
 	}
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
 	wake := l.wake
 	l.mu.Unlock()
 	// A reader that caught up lets its buffer go while it waits: an idle
 	// reader holds no copy of past events.
-	s.buf = nil
+	s.release()
 	select {
 	case <-wake:
 		return nil
@@ -289,12 +311,27 @@ func (s *Subscription) fill(ctx context.Context) error {
 	}
 }
 
+// release gives the batch array back to the pool, cleared (it holds no
+// event's strings for the garbage collector to keep).
+func (s *Subscription) release() {
+	if s.pooled == nil {
+		s.buf = nil
+		return
+	}
+	b := *s.pooled
+	clear(b[:s.used])
+	*s.pooled = b[:0]
+	eventBufs.Put(s.pooled)
+	s.pooled, s.buf, s.used = nil, nil, 0
+}
+
 // Close releases the subscription. It is safe to call more than once.
 func (s *Subscription) Close() {
 	if s.closed {
 		return
 	}
 	s.closed = true
+	s.release()
 	s.log.mu.Lock()
 	s.log.subs--
 	s.log.mu.Unlock()

@@ -1,0 +1,62 @@
+package session_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/session"
+)
+
+// Guard rails of the per-prompt and per-chunk paths, in allocations (which
+// do not depend on the machine, unlike times): a prompt on the simulated
+// provider, its events read by one subscriber, from Prompt to prompt_end.
+// The bounds are today's counts with some room; a change that adds work on
+// every prompt or every chunk fails here first (see BENCHMARKS.md for what
+// each costs).
+func TestAllocationsPerPromptAndChunk(t *testing.T) {
+	m := newManager(t, retry.DefaultSettings(), 0.5)
+	ctx := context.Background()
+	// Each run creates a session and prompts it once: the prompt's own
+	// path plus a session's creation, as REST clients do.
+	run := func(tokens int) func() {
+		text := fmt.Sprintf("hi [[tokens: %d]]", tokens)
+		return func() {
+			s, err := m.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sub, err := s.Prompt(ctx, text)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				e, err := sub.NextRef(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.Type == session.EventPromptEnd {
+					break
+				}
+			}
+			sub.Close()
+		}
+	}
+	for range 50 {
+		run(10)()
+	}
+	short := testing.AllocsPerRun(200, run(10))
+	long := testing.AllocsPerRun(200, run(110))
+	perChunk := (long - short) / 100
+	t.Logf("allocations: %.0f a session and prompt of 10 chunks, %.1f a chunk", short, perChunk)
+	// Measured: 62 a session and prompt (76 with -race), 1.1 a chunk, of
+	// which 1 is the simulated provider's own word.
+	const maxPerPrompt, maxPerChunk = 90, 1.5
+	if short > maxPerPrompt {
+		t.Errorf("%.0f allocations a prompt, want at most %d", short, maxPerPrompt)
+	}
+	if perChunk > maxPerChunk {
+		t.Errorf("%.1f allocations a chunk, want at most %.1f", perChunk, maxPerChunk)
+	}
+}
