@@ -55,7 +55,7 @@ func mustAdd(t *testing.T, s Store, c Credential) Info {
 
 func infoOf(t *testing.T, s Store, providerName, id string) Info {
 	t.Helper()
-	infos, err := s.List(testCtx(t), providerName)
+	infos, err := s.List(testCtx(t), Filter{Provider: providerName, All: true})
 	if err != nil {
 		t.Fatalf("List(%q) = %v", providerName, err)
 	}
@@ -88,7 +88,7 @@ func addTrio(t *testing.T, s Store) {
 
 func usageLimited(t *testing.T, s Store, id string, window time.Duration, fromProvider bool) Switch {
 	t.Helper()
-	sw, err := s.UsageLimited(testCtx(t), "p", id, window, fromProvider, "usage limit reached for "+id)
+	sw, err := s.UsageLimited(testCtx(t), "", "p", id, window, fromProvider, "usage limit reached for "+id)
 	if err != nil {
 		t.Fatalf("UsageLimited(%s) = %v", id, err)
 	}
@@ -97,7 +97,7 @@ func usageLimited(t *testing.T, s Store, id string, window time.Duration, fromPr
 
 func pickID(t *testing.T, s Store, providerName string) string {
 	t.Helper()
-	c, ok, err := s.Pick(testCtx(t), providerName)
+	c, ok, err := s.Pick(testCtx(t), "", providerName)
 	if err != nil || !ok {
 		t.Fatalf("Pick(%q) = %v, %t, %v; want a credential", providerName, c, ok, err)
 	}
@@ -111,11 +111,11 @@ func pickID(t *testing.T, s Store, providerName string) string {
 func runConformance(t *testing.T, newEnv newEnvFunc) {
 	t.Run("EmptyProvider", func(t *testing.T) {
 		s := newEnv(t, 0).open()
-		c, ok, err := s.Pick(testCtx(t), "nobody")
+		c, ok, err := s.Pick(testCtx(t), "", "nobody")
 		if ok || err != nil {
 			t.Errorf("Pick(nobody) = %v, %t, %v; want nothing, false, nil", c, ok, err)
 		}
-		if infos, err := s.List(testCtx(t), "nobody"); err != nil || len(infos) != 0 {
+		if infos, err := s.List(testCtx(t), Filter{Provider: "nobody"}); err != nil || len(infos) != 0 {
 			t.Errorf("List(nobody) = %v, %v; want none", infos, err)
 		}
 		if err := s.Ready(testCtx(t)); err != nil || s.Degraded() {
@@ -161,7 +161,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 			t.Fatalf("UsageLimited(b) = %+v; want no switch, a sibling", sw)
 		}
 		approx(t, "SiblingFreeIn", sw.SiblingFreeIn, 5*time.Minute)
-		_, ok, err := s.Pick(testCtx(t), "p")
+		_, ok, err := s.Pick(testCtx(t), "", "p")
 		var abe *AllBlockedError
 		if !ok || !errors.Is(err, ErrAllBlocked) || !errors.As(err, &abe) {
 			t.Fatalf("Pick = %t, %v; want an AllBlockedError", ok, err)
@@ -184,7 +184,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		approx(t, "SiblingFreeIn", sw.SiblingFreeIn, time.Minute)
 
 		mustAdd(t, s, Credential{ID: "solo", Provider: "q", Secret: "secret-solo"})
-		sw, err := s.UsageLimited(testCtx(t), "q", "solo", time.Minute, true, "limit")
+		sw, err := s.UsageLimited(testCtx(t), "", "q", "solo", time.Minute, true, "limit")
 		if err != nil || sw != (Switch{}) {
 			t.Errorf("UsageLimited(solo) = %+v, %v; want no switch, no sibling", sw, err)
 		}
@@ -226,7 +226,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		s := e.open()
 		mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a"})
 		usageLimited(t, s, "a", 2*time.Minute, true)
-		if _, _, err := s.Pick(testCtx(t), "p"); !errors.Is(err, ErrAllBlocked) {
+		if _, _, err := s.Pick(testCtx(t), "", "p"); !errors.Is(err, ErrAllBlocked) {
 			t.Fatalf("Pick while blocked = %v; want ErrAllBlocked", err)
 		}
 		e.clk.Advance(2*time.Minute + approxTolerance)
@@ -303,7 +303,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		mustAdd(t, s, Credential{ID: "y", Provider: "p1", Secret: "secret-y", Source: SourceConfig})
 		mustAdd(t, s, Credential{ID: "x", Provider: "p1", Secret: "secret-x", BankedResets: 2, AutoRedeem: true})
 		mustAdd(t, s, Credential{ID: "z", Provider: "p0", Secret: "secret-z"})
-		all, err := s.List(ctx, "")
+		all, err := s.List(ctx, Filter{Provider: ""})
 		if err != nil || ids(all) != "z,y,x" {
 			t.Fatalf("List() = %s, %v; want z,y,x", ids(all), err)
 		}
@@ -311,19 +311,19 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		if all[2] != want {
 			t.Errorf("List()[2] = %+v, want %+v", all[2], want)
 		}
-		if p1, err := s.List(ctx, "p1"); err != nil || ids(p1) != "y,x" {
+		if p1, err := s.List(ctx, Filter{Provider: "p1"}); err != nil || ids(p1) != "y,x" {
 			t.Errorf("List(p1) = %s, %v; want y,x", ids(p1), err)
 		}
-		if err := s.Delete(ctx, "y"); !errors.Is(err, ErrReadOnly) {
+		if err := s.Delete(ctx, "", "y"); !errors.Is(err, ErrReadOnly) {
 			t.Errorf("Delete(config y) = %v, want ErrReadOnly", err)
 		}
-		if err := s.Delete(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		if err := s.Delete(ctx, "", "nope"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Delete(nope) = %v, want ErrNotFound", err)
 		}
-		if err := s.Delete(ctx, "x"); err != nil {
+		if err := s.Delete(ctx, "", "x"); err != nil {
 			t.Fatalf("Delete(x) = %v", err)
 		}
-		if p1, err := s.List(ctx, "p1"); err != nil || ids(p1) != "y" {
+		if p1, err := s.List(ctx, Filter{Provider: "p1"}); err != nil || ids(p1) != "y" {
 			t.Errorf("List(p1) after Delete(x) = %s, %v; want y", ids(p1), err)
 		}
 		for range 3 {
@@ -331,11 +331,11 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 				t.Errorf("Pick(p1) after Delete(x) = %s, want y", id)
 			}
 		}
-		if err := s.Delete(ctx, "x"); !errors.Is(err, ErrNotFound) {
+		if err := s.Delete(ctx, "", "x"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("second Delete(x) = %v, want ErrNotFound", err)
 		}
 		mustAdd(t, s, Credential{ID: "x", Provider: "p1", Secret: "secret-x"})
-		if p1, _ := s.List(ctx, "p1"); ids(p1) != "y,x" {
+		if p1, _ := s.List(ctx, Filter{Provider: "p1"}); ids(p1) != "y,x" {
 			t.Errorf("List(p1) after re-adding x = %s, want y,x", ids(p1))
 		}
 	})
@@ -367,10 +367,10 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		if !strings.HasPrefix(info.ID, "cred_") || info.Source != SourceAPI {
 			t.Errorf("Add without ID = %+v; want a generated cred_ ID, source api", info)
 		}
-		if _, err := s.UsageLimited(ctx, "p", "nope", time.Minute, true, ""); !errors.Is(err, ErrNotFound) {
+		if _, err := s.UsageLimited(ctx, "", "p", "nope", time.Minute, true, ""); !errors.Is(err, ErrNotFound) {
 			t.Errorf("UsageLimited(nope) = %v, want ErrNotFound", err)
 		}
-		if _, err := s.UsageLimited(ctx, "q", "a", time.Minute, true, ""); !errors.Is(err, ErrNotFound) {
+		if _, err := s.UsageLimited(ctx, "", "q", "a", time.Minute, true, ""); !errors.Is(err, ErrNotFound) {
 			t.Errorf("UsageLimited(q, a) = %v, want ErrNotFound", err)
 		}
 	})
@@ -411,10 +411,10 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		mustAdd(t, s, Credential{ID: "b", Provider: "p", Secret: "secret-b"})
 		_, addErr := s.Add(ctx, c)
 		long := strings.Repeat("é", 400)
-		if _, err := s.UsageLimited(ctx, "p", "a", time.Hour, true, "quota exceeded for key "+secret+"\n"+long); err != nil {
+		if _, err := s.UsageLimited(ctx, "", "p", "a", time.Hour, true, "quota exceeded for key "+secret+"\n"+long); err != nil {
 			t.Fatal(err)
 		}
-		list, err := s.List(ctx, "")
+		list, err := s.List(ctx, Filter{Provider: ""})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 			wg.Go(func() {
 				id := g
 				s := stores[g%2]
-				if _, err := s.UsageLimited(ctx, "p", fmt.Sprintf("c%d", id), time.Hour, true, "limit"); err != nil {
+				if _, err := s.UsageLimited(ctx, "", "p", fmt.Sprintf("c%d", id), time.Hour, true, "limit"); err != nil {
 					errs <- err
 					return
 				}
@@ -488,7 +488,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 				s := stores[g%2]
 				for range 100 {
 					start := seq.Add(1)
-					c, ok, err := s.Pick(ctx, "p")
+					c, ok, err := s.Pick(ctx, "", "p")
 					if err != nil || !ok {
 						errs <- fmt.Errorf("Pick = %t, %v", ok, err)
 						return
@@ -528,7 +528,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		var wg sync.WaitGroup
 		for g := range 16 {
 			wg.Go(func() {
-				sw, err := stores[g%2].UsageLimited(ctx, "p", "a", time.Hour, true, "limit")
+				sw, err := stores[g%2].UsageLimited(ctx, "", "p", "a", time.Hour, true, "limit")
 				if err != nil {
 					t.Error(err)
 				}
@@ -548,6 +548,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 			t.Errorf("a = %+v; want 0 banked", i)
 		}
 	})
+	t.Run("Ownership", func(t *testing.T) { runOwnership(t, newEnv) })
 }
 
 func TestMemoryConformance(t *testing.T) {

@@ -19,13 +19,13 @@ func TestLocalViewReplace(t *testing.T) {
 	since := m.generation()
 	// Written locally after the snapshot was read: kept.
 	m.put(cred("new"))
-	m.mirrorBlock("old", clk.Now().Add(time.Hour), "limit", false)
-	m.forget("gone")
+	m.mirrorBlock("", "old", clk.Now().Add(time.Hour), "limit", false)
+	m.forget("", "gone")
 
 	snap := []memCred{cred("old"), cred("gone"), cred("other")}
 	m.replace("p", snap, since)
 	got := map[string]Info{}
-	infos, _ := m.List(testCtx(t), "p")
+	infos, _ := m.List(testCtx(t), Filter{Provider: "p"})
 	for _, i := range infos {
 		got[i.ID] = i
 	}
@@ -36,7 +36,7 @@ func TestLocalViewReplace(t *testing.T) {
 	// A snapshot read after all that wins.
 	since = m.generation()
 	m.replace("p", []memCred{cred("other")}, since)
-	if infos, _ := m.List(testCtx(t), "p"); ids(infos) != "other" {
+	if infos, _ := m.List(testCtx(t), Filter{Provider: "p"}); ids(infos) != "other" {
 		t.Errorf("after a newer snapshot: %s, want other", ids(infos))
 	}
 	if len(m.gone) != 0 {

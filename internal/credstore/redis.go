@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,10 +61,15 @@ const (
 //	<prefix>{prov:P}:creds   HASH  id → secret (sealed with SecretKey, else clear), source, banked resets, auto-redeem
 //	<prefix>{prov:P}:order   ZSET  rotation order
 //	<prefix>{prov:P}:blocks  HASH  id → blocked-until (Redis clock, ms), reason; TTL = the latest block's end
-//	<prefix>{prov:P}:meta    HASH  add sequence, rotation cursor, version, epoch
+//	<prefix>{prov:P}:meta    HASH  add sequence, rotation cursors, version, epoch
+//	<prefix>{prov:P}:owners  SET   tenants with credentials of their own for P
+//	<prefix>{prov:P}:own:T:creds, …:order, …:blocks   tenant T's own credentials of P, as the three above
 //	<prefix>providers        SET   provider names (for listing every provider)
 //
-// Only :blocks has a TTL; the rest lives as long as its credentials. Block
+// The first three hold the server credentials. A pick or a usage limit of
+// a tenant's session is one script on the provider's keys and the
+// tenant's three (one round trip, one slot). Only the :blocks keys have a
+// TTL; the rest lives as long as its credentials. Block
 // expiry compares with Redis' own clock (TIME inside the scripts; in a
 // Cluster, the clock of the node that owns the provider's slot): a replica
 // with a skewed clock cannot unblock early or late. Replicas exchange
@@ -102,9 +108,9 @@ type Redis struct {
 	mu      sync.Mutex
 	lastErr error
 	since   time.Time
-	blocks  map[string]pendingBlock // "provider\x00id" → block made while degraded
+	blocks  map[string]pendingBlock // "tenant\x00provider\x00id" → block made while degraded
 	adds    map[string]Credential   // id → configuration credential added while degraded
-	known   map[string]known        // provider → last epoch and version read
+	known   map[string]known        // provider → last epoch, version and owners read
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -123,13 +129,25 @@ type redisClient interface {
 	HExists(ctx context.Context, key, field string) *redis.BoolCmd
 }
 
+// pendingBlock is a block made while degraded, in tenant's pool (Redis
+// resolves the credential in that pool when it is replayed).
 type pendingBlock struct {
-	provider, id, reason string
-	until                time.Time // local view's clock
-	est                  bool
+	tenant, provider, id, reason string
+	until                        time.Time // local view's clock
+	est                          bool
 }
 
-type known struct{ epoch, ver string }
+type known struct {
+	epoch, ver string
+	owners     string // the tenants owning credentials, sorted, joined by "\x00"
+}
+
+func (k known) ownerList() []string {
+	if k.owners == "" {
+		return nil
+	}
+	return strings.Split(k.owners, "\x00")
+}
 
 // ClientOptions sets on o what the Redis store relies on: go-redis honours
 // context deadlines (ContextTimeoutEnabled) and dial, read, write and pool
@@ -210,19 +228,44 @@ func ContextTimeouts(c redis.UniversalClient) bool {
 // now is the local view's clock.
 func (r *Redis) now() time.Time { return time.Now().Add(r.opts.offset()) }
 
-func (r *Redis) keys(providerName string) []string {
+// keys are providerName's five keys, then the three of each tenant given
+// (see redis_scripts.go).
+func (r *Redis) keys(providerName string, tenants ...string) []string {
 	tag := r.opts.KeyPrefix + "{prov:" + providerName + "}:"
-	return []string{tag + "creds", tag + "order", tag + "blocks", tag + "meta"}
+	out := make([]string, 0, 5+3*len(tenants))
+	out = append(out, tag+"creds", tag+"order", tag+"blocks", tag+"meta", tag+"owners")
+	for _, t := range tenants {
+		own := tag + "own:" + t + ":"
+		out = append(out, own+"creds", own+"order", own+"blocks")
+	}
+	return out
+}
+
+// poolKeys are the keys of a script serving tenant's pool ("": the
+// server's alone).
+func (r *Redis) poolKeys(providerName, tenant string) []string {
+	if tenant == "" {
+		return r.keys(providerName)
+	}
+	return r.keys(providerName, tenant)
+}
+
+// credsKey is owner's creds hash of providerName.
+func (r *Redis) credsKey(providerName, owner string) string {
+	if owner == "" {
+		return r.keys(providerName)[0]
+	}
+	return r.keys(providerName, owner)[5]
 }
 
 func (r *Redis) providersKey() string { return r.opts.KeyPrefix + "providers" }
 
-// run runs script on providerName's keys with a bounded timeout.
-func (r *Redis) run(ctx context.Context, script *redis.Script, providerName string, args ...any) ([]any, error) {
+// run runs script on keys with a bounded timeout.
+func (r *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) ([]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	argv := append([]any{r.opts.offset().Milliseconds()}, args...)
-	res, err := script.Run(ctx, r.c, r.keys(providerName), argv...).Slice()
+	res, err := script.Run(ctx, r.c, keys, argv...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("credstore: redis: %w", err)
 	}
@@ -321,25 +364,33 @@ func isOutage(err error) bool {
 }
 
 func (r *Redis) addRedis(ctx context.Context, c Credential) (Info, error) {
-	// IDs are unique across providers. This check and the add are not one
-	// transaction (providers live in different slots): two replicas adding
-	// the same ID to two providers at the same instant could both succeed.
+	// IDs are unique across providers within an owner, and a tenant's are
+	// not a server credential's (the add script checks the provider's own).
+	// This check and the add are not one transaction (providers live in
+	// different slots): two replicas adding the same ID to two providers at
+	// the same instant could both succeed.
 	ps, err := r.providerNames(ctx)
 	if err != nil {
 		return Info{}, outageError{err}
 	}
 	for _, p := range ps {
-		if p == c.Provider {
-			continue
+		var check []string
+		if p != c.Provider {
+			check = append(check, r.credsKey(p, c.Owner))
 		}
-		ctx2, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-		taken, err := r.c.HExists(ctx2, r.keys(p)[0], c.ID).Result()
-		cancel()
-		if err != nil {
-			return Info{}, outageError{err}
+		if c.Owner != "" && p != c.Provider {
+			check = append(check, r.credsKey(p, ""))
 		}
-		if taken {
-			return Info{}, fmt.Errorf("%w: %s", ErrExists, c.ID)
+		for _, key := range check {
+			ctx2, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+			taken, err := r.c.HExists(ctx2, key, c.ID).Result()
+			cancel()
+			if err != nil {
+				return Info{}, outageError{err}
+			}
+			if taken {
+				return Info{}, fmt.Errorf("%w: %s", ErrExists, c.ID)
+			}
 		}
 	}
 	ctx2, cancel := context.WithTimeout(ctx, r.opts.Timeout)
@@ -348,11 +399,11 @@ func (r *Redis) addRedis(ctx context.Context, c Credential) (Info, error) {
 	if err != nil {
 		return Info{}, outageError{err}
 	}
-	sealed, err := r.seal.seal(c.Provider, c.ID, c.Secret)
+	sealed, err := r.seal.seal(c.Provider, c.Owner, c.ID, c.Secret)
 	if err != nil {
 		return Info{}, err
 	}
-	res, err := r.run(ctx, addScript, c.Provider, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8))
+	res, err := r.run(ctx, addScript, r.poolKeys(c.Provider, c.Owner), c.Owner, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8))
 	if err != nil {
 		return Info{}, outageError{err}
 	}
@@ -380,8 +431,8 @@ func (r *Redis) addRedis(ctx context.Context, c Credential) (Info, error) {
 	return mc.info(now), nil
 }
 
-// Delete removes an API credential; ErrUnavailable while degraded.
-func (r *Redis) Delete(ctx context.Context, id string) error {
+// Delete removes owner's API credential; ErrUnavailable while degraded.
+func (r *Redis) Delete(ctx context.Context, owner, id string) error {
 	if r.degraded.Load() {
 		return fmt.Errorf("%w: cannot delete %s while Redis is unreachable", ErrUnavailable, id)
 	}
@@ -392,11 +443,12 @@ func (r *Redis) Delete(ctx context.Context, id string) error {
 		}
 		return fmt.Errorf("%w: cannot delete %s while Redis is unreachable", ErrUnavailable, id)
 	}
-	if p, ok := r.local.providerOf(id); ok {
+	if p, ok := r.local.providerOf(owner, id); ok {
 		ps = slices.Insert(slices.DeleteFunc(ps, func(x string) bool { return x == p }), 0, p)
 	}
+	forbidden := false
 	for _, p := range ps {
-		res, err := r.run(ctx, deleteScript, p, id)
+		res, err := r.run(ctx, deleteScript, r.poolKeys(p, owner), owner, id)
 		if err != nil {
 			if cerr := r.fail(ctx, err); cerr != nil {
 				return cerr
@@ -405,11 +457,16 @@ func (r *Redis) Delete(ctx context.Context, id string) error {
 		}
 		switch num(one(res)) {
 		case 1:
-			r.local.forget(id)
+			r.local.forget(owner, id)
 			return nil
 		case -2:
 			return fmt.Errorf("%w: %s (remove it there)", ErrReadOnly, id)
+		case -3:
+			forbidden = true
 		}
+	}
+	if forbidden {
+		return fmt.Errorf("%w: %s", ErrForbidden, id)
 	}
 	return fmt.Errorf("%w: %s", ErrNotFound, id)
 }
@@ -428,9 +485,9 @@ func (r *Redis) providerNames(ctx context.Context) ([]string, error) {
 
 // List returns the credentials' states (from the local view while
 // degraded).
-func (r *Redis) List(ctx context.Context, providerName string) ([]Info, error) {
+func (r *Redis) List(ctx context.Context, f Filter) ([]Info, error) {
 	if !r.degraded.Load() {
-		infos, err := r.listRedis(ctx, providerName)
+		infos, err := r.listRedis(ctx, f)
 		if err == nil {
 			return infos, nil
 		}
@@ -438,12 +495,12 @@ func (r *Redis) List(ctx context.Context, providerName string) ([]Info, error) {
 			return nil, cerr
 		}
 	}
-	return r.local.List(ctx, providerName)
+	return r.local.List(ctx, f)
 }
 
-func (r *Redis) listRedis(ctx context.Context, providerName string) ([]Info, error) {
-	ps := []string{providerName}
-	if providerName == "" {
+func (r *Redis) listRedis(ctx context.Context, f Filter) ([]Info, error) {
+	ps := []string{f.Provider}
+	if f.Provider == "" {
 		var err error
 		if ps, err = r.providerNames(ctx); err != nil {
 			return nil, err
@@ -451,76 +508,150 @@ func (r *Redis) listRedis(ctx context.Context, providerName string) ([]Info, err
 	}
 	var out []Info
 	for _, p := range ps {
-		res, err := r.run(ctx, readScript, p, 0, "", "")
-		if err != nil {
-			return nil, err
+		var rd readResult
+		var err error
+		if f.All {
+			r.mu.Lock()
+			owners := r.known[p].ownerList()
+			r.mu.Unlock()
+			rd, err = r.readAll(ctx, p, false, "", "", owners)
+		} else {
+			var tenants []string
+			if f.Tenant != "" {
+				tenants = []string{f.Tenant}
+			}
+			rd, err = r.read(ctx, p, false, "", "", false, tenants)
 		}
-		snap, _, _, _, err := r.parseRead(p, res, false)
 		if err != nil {
 			return nil, err
 		}
 		now := r.now()
-		for i := range snap {
-			out = append(out, snap[i].info(now))
+		for i := range rd.snap {
+			out = append(out, rd.snap[i].info(now))
 		}
 	}
 	return out, nil
 }
 
-// parseRead decodes readScript's reply: the credentials (secrets opened
-// when withSecrets; a secret that cannot be opened skips its credential),
-// epoch, version and whether anything was listed.
-func (r *Redis) parseRead(providerName string, res []any, withSecrets bool) (snap []memCred, epoch, ver string, full bool, err error) {
-	if len(res) < 3 || (len(res)-3)%9 != 0 {
-		return nil, "", "", false, fmt.Errorf("credstore: redis: unexpected reply to read")
+// readResult is readScript's reply: the credentials (secrets opened when
+// asked; a secret that cannot be opened skips its credential), epoch,
+// version and whether anything was listed (full), or else the owners to
+// ask for (when the ones given were not every owner).
+type readResult struct {
+	snap       []memCred
+	epoch, ver string
+	full       bool
+	owners     []string // the tenants listed (full), or to ask for
+	retry      bool     // the tenants given were not every owner
+}
+
+// read runs readScript once for the server's credentials of providerName
+// and tenants' (sorted); every: they must be every owner's.
+func (r *Redis) read(ctx context.Context, providerName string, withSecrets bool, epoch, ver string, every bool, tenants []string) (readResult, error) {
+	args := []any{"", b2i(withSecrets), epoch, ver, b2i(every)}
+	for _, t := range tenants {
+		args = append(args, t)
 	}
-	epoch, ver, full = str(res[0]), str(res[1]), num(res[2]) == 1
+	res, err := r.run(ctx, readScript, r.keys(providerName, tenants...), args...)
+	if err != nil {
+		return readResult{}, err
+	}
+	return r.parseRead(providerName, res, withSecrets, tenants)
+}
+
+// readAll reads every owner's credentials of providerName, starting with
+// the owners last seen; when those changed meanwhile it asks again.
+func (r *Redis) readAll(ctx context.Context, providerName string, withSecrets bool, epoch, ver string, owners []string) (readResult, error) {
+	for attempt := 0; ; attempt++ {
+		// The third attempt lists the owners it was told of, changed or
+		// not (the next sync sees any newer change through the version).
+		rd, err := r.read(ctx, providerName, withSecrets, epoch, ver, attempt < 2, owners)
+		if err != nil || !rd.retry {
+			return rd, err
+		}
+		owners = rd.owners
+	}
+}
+
+func (r *Redis) parseRead(providerName string, res []any, withSecrets bool, tenants []string) (readResult, error) {
+	bad := fmt.Errorf("credstore: redis: unexpected reply to read")
+	if len(res) < 3 {
+		return readResult{}, bad
+	}
+	rd := readResult{epoch: str(res[0]), ver: str(res[1])}
+	switch num(res[2]) {
+	case 0:
+		return rd, nil
+	case 2:
+		rd.retry = true
+		for _, o := range res[3:] {
+			rd.owners = append(rd.owners, str(o))
+		}
+		return rd, nil
+	case 1:
+	default:
+		return readResult{}, bad
+	}
+	if (len(res)-3)%10 != 0 {
+		return readResult{}, bad
+	}
+	rd.full, rd.owners = true, tenants
 	now := r.now()
-	for i := 3; i < len(res); i += 9 {
-		f := res[i : i+9]
-		c := memCred{Credential: Credential{ID: str(f[0]), Provider: providerName, Source: str(f[1]),
-			BankedResets: int(num(f[2])), AutoRedeem: num(f[3]) == 1}, seed: int(num(f[4]))}
-		if left := num(f[5]); left > 0 {
-			c.until, c.reason, c.est = now.Add(time.Duration(left)*time.Millisecond), str(f[6]), num(f[7]) == 1
+	for i := 3; i < len(res); i += 10 {
+		f := res[i : i+10]
+		c := memCred{Credential: Credential{Owner: str(f[0]), ID: str(f[1]), Provider: providerName, Source: str(f[2]),
+			BankedResets: int(num(f[3])), AutoRedeem: num(f[4]) == 1}, seed: int(num(f[5]))}
+		if left := num(f[6]); left > 0 {
+			c.until, c.reason, c.est = now.Add(time.Duration(left)*time.Millisecond), str(f[7]), num(f[8]) == 1
 		}
 		if withSecrets {
-			s, err := r.seal.open(providerName, c.ID, str(f[8]))
+			s, err := r.seal.open(providerName, c.Owner, c.ID, str(f[9]))
 			if err != nil {
-				r.log.Warn("credential store: skipping a credential whose secret cannot be opened", "provider", providerName, "id", c.ID, "err", err)
+				r.log.Warn("credential store: skipping a credential whose secret cannot be opened",
+					"provider", providerName, "id", c.ID, "owner", c.Owner, "err", err)
 				continue
 			}
 			c.Secret = s
 		}
-		snap = append(snap, c)
+		rd.snap = append(rd.snap, c)
 	}
-	return snap, epoch, ver, full, nil
+	return rd, nil
 }
 
-// Pick returns the next available credential (from the local view while
-// degraded).
-func (r *Redis) Pick(ctx context.Context, providerName string) (provider.Credential, bool, error) {
+// Pick returns the next available credential of tenant's pool (from the
+// local view while degraded): one round trip.
+func (r *Redis) Pick(ctx context.Context, tenant, providerName string) (provider.Credential, bool, error) {
 	if !r.degraded.Load() {
-		res, err := r.run(ctx, pickScript, providerName)
+		res, err := r.run(ctx, pickScript, r.poolKeys(providerName, tenant), tenant)
 		if err == nil {
-			return r.parsePick(providerName, res)
+			return r.parsePick(tenant, providerName, res)
 		}
 		if cerr := r.fail(ctx, err); cerr != nil {
 			return provider.Credential{}, false, cerr
 		}
 	}
-	return r.local.Pick(ctx, providerName)
+	return r.local.Pick(ctx, tenant, providerName)
 }
 
-func (r *Redis) parsePick(providerName string, res []any) (provider.Credential, bool, error) {
+// ownerIf is tenant when own is 1 (a reply's "own" flag), else "" (the
+// server).
+func ownerIf(own any, tenant string) string {
+	if num(own) == 1 {
+		return tenant
+	}
+	return ""
+}
+
+func (r *Redis) parsePick(tenant, providerName string, res []any) (provider.Credential, bool, error) {
 	switch {
 	case len(res) == 0:
-		// Redis has no credential for the provider: they were all deleted
+		// Redis has no credential for the pool: they were all deleted
 		// since the last sync, or Redis lost its data and the reconciler
 		// has not restored it yet. The local view answers either way.
-		return r.local.Pick(context.Background(), providerName)
-	case len(res) == 3 && num(res[0]) == 1:
+		return r.local.Pick(context.Background(), tenant, providerName)
+	case len(res) == 4 && num(res[0]) == 1:
 		id := str(res[1])
-		s, err := r.seal.open(providerName, id, str(res[2]))
+		s, err := r.seal.open(providerName, ownerIf(res[3], tenant), id, str(res[2]))
 		if err != nil {
 			return provider.Credential{}, true, err
 		}
@@ -532,22 +663,23 @@ func (r *Redis) parsePick(providerName string, res []any) (provider.Credential, 
 	return provider.Credential{}, false, fmt.Errorf("credstore: redis: unexpected reply to pick")
 }
 
-// UsageLimited is step 7 (see Store.UsageLimited). While degraded the block
-// is recorded locally (and written to Redis when it is back) and the switch
-// is decided on the local view, without redeeming.
-func (r *Redis) UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error) {
+// UsageLimited is step 7 in tenant's pool (see Store.UsageLimited). While
+// degraded the block is recorded locally (and written to Redis when it is
+// back) and the switch is decided on the local view, without redeeming.
+func (r *Redis) UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error) {
 	window = normWindow(window)
-	reason = sanitizeReason(reason, r.local.secretOf(credID))
+	_, secret, _ := r.local.resolve(tenant, providerName, credID)
+	reason = sanitizeReason(reason, secret)
 	if !r.degraded.Load() {
-		sw, err := r.usageLimitedRedis(ctx, providerName, credID, window, fromProvider, reason)
+		sw, err := r.usageLimitedRedis(ctx, tenant, providerName, credID, window, fromProvider, reason)
 		switch {
 		case errors.Is(err, errUnknownInRedis):
-			if p, ok := r.local.providerOf(credID); !ok || p != providerName {
+			if _, _, ok := r.local.resolve(tenant, providerName, credID); !ok {
 				return Switch{}, fmt.Errorf("%w: %s", ErrNotFound, credID)
 			}
 			// Known locally: Redis lost its data (the reconciler restores
 			// it) or another replica deleted it since the last sync.
-			return r.usageLimitedLocal(ctx, providerName, credID, window, fromProvider, reason)
+			return r.usageLimitedLocal(ctx, tenant, providerName, credID, window, fromProvider, reason)
 		case err == nil || !isOutage(err):
 			return sw, err
 		}
@@ -555,7 +687,7 @@ func (r *Redis) UsageLimited(ctx context.Context, providerName, credID string, w
 			return Switch{}, cerr
 		}
 	}
-	return r.usageLimitedLocal(ctx, providerName, credID, window, fromProvider, reason)
+	return r.usageLimitedLocal(ctx, tenant, providerName, credID, window, fromProvider, reason)
 }
 
 // errUnknownInRedis: usageLimitedScript did not find the credential.
@@ -563,18 +695,18 @@ var errUnknownInRedis = errors.New("credential unknown to Redis")
 
 // usageLimitedLocal records a block in the local view and in the blocks to
 // write back to Redis, and decides the switch on the local view.
-func (r *Redis) usageLimitedLocal(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error) {
-	if p, ok := r.local.providerOf(credID); ok && p != providerName {
+func (r *Redis) usageLimitedLocal(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error) {
+	if _, _, ok := r.local.resolve(tenant, providerName, credID); !ok && r.local.knownElsewhere(tenant, providerName, credID) {
 		return Switch{}, fmt.Errorf("%w: %s", ErrNotFound, credID)
 	}
 	until := r.now().Add(window)
 	r.mu.Lock()
-	k := providerName + "\x00" + credID
+	k := tenant + "\x00" + providerName + "\x00" + credID
 	if old, ok := r.blocks[k]; !ok || until.After(old.until) || (old.est && fromProvider) {
-		r.blocks[k] = pendingBlock{provider: providerName, id: credID, reason: reason, until: until, est: !fromProvider}
+		r.blocks[k] = pendingBlock{tenant: tenant, provider: providerName, id: credID, reason: reason, until: until, est: !fromProvider}
 	}
 	r.mu.Unlock()
-	sw, err := r.local.UsageLimited(ctx, providerName, credID, window, fromProvider, reason)
+	sw, err := r.local.UsageLimited(ctx, tenant, providerName, credID, window, fromProvider, reason)
 	if errors.Is(err, ErrNotFound) {
 		// Not in the local view yet (added elsewhere since the last sync):
 		// the block still goes to Redis when it is back.
@@ -583,8 +715,8 @@ func (r *Redis) usageLimitedLocal(ctx context.Context, providerName, credID stri
 	return sw, err
 }
 
-func (r *Redis) usageLimitedRedis(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error) {
-	res, err := r.run(ctx, usageLimitedScript, providerName, credID, window.Milliseconds(), b2i(!fromProvider),
+func (r *Redis) usageLimitedRedis(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error) {
+	res, err := r.run(ctx, usageLimitedScript, r.poolKeys(providerName, tenant), tenant, credID, window.Milliseconds(), b2i(!fromProvider),
 		reason, r.opts.RedeemMinBlocked.Milliseconds(), randomHex(8))
 	if err != nil {
 		return Switch{}, outageError{err}
@@ -596,12 +728,17 @@ func (r *Redis) usageLimitedRedis(ctx context.Context, providerName, credID stri
 	ms := func(v any) time.Duration { return time.Duration(num(v)) * time.Millisecond }
 	var sw Switch
 	var left time.Duration
+	var home string // the owner of credID
 	switch status := num(res[0]); {
 	case status == -1:
 		return Switch{}, errUnknownInRedis
-	case (status == 1 && len(res) == 4) || (status == 2 && len(res) == 5):
-		to := str(res[1])
-		s, err := r.seal.open(providerName, to, str(res[2]))
+	case (status == 1 && len(res) == 6) || (status == 2 && len(res) == 7):
+		to, toOwner := str(res[1]), ownerIf(res[4], tenant)
+		if status == 2 {
+			toOwner = ownerIf(res[5], tenant)
+		}
+		home = ownerIf(res[len(res)-1], tenant)
+		s, err := r.seal.open(providerName, toOwner, to, str(res[2]))
 		if err != nil {
 			return Switch{}, err
 		}
@@ -609,16 +746,17 @@ func (r *Redis) usageLimitedRedis(ctx context.Context, providerName, credID stri
 		left = ms(res[3])
 		if status == 2 {
 			sw.Redeemed, sw.BankedLeft = true, int(num(res[4]))
-			r.local.mirrorRedeem(to, sw.BankedLeft)
+			r.local.mirrorRedeem(toOwner, to, sw.BankedLeft)
 		}
-	case status == 0 && len(res) == 4:
+	case status == 0 && len(res) == 5:
 		left = ms(res[1])
 		sw.HasSibling, sw.SiblingFreeIn = num(res[2]) == 1, ms(res[3])
+		home = ownerIf(res[4], tenant)
 	default:
 		return Switch{}, fmt.Errorf("credstore: redis: unexpected reply to usage-limited")
 	}
 	if left > 0 {
-		r.local.mirrorBlock(credID, now.Add(left), reason, !fromProvider)
+		r.local.mirrorBlock(home, credID, now.Add(left), reason, !fromProvider)
 	}
 	return sw, nil
 }
@@ -722,12 +860,13 @@ func (r *Redis) flush(ctx context.Context) error {
 	}
 	for _, b := range blocks {
 		if left := b.until.Sub(r.now()).Truncate(time.Millisecond); left > 0 {
-			if _, err := r.run(ctx, blockScript, b.provider, b.id, left.Milliseconds(), b2i(b.est), b.reason, randomHex(8)); err != nil {
+			if _, err := r.run(ctx, blockScript, r.poolKeys(b.provider, b.tenant), b.tenant, b.id, left.Milliseconds(),
+				b2i(b.est), b.reason, randomHex(8)); err != nil {
 				return err
 			}
 		}
 		r.mu.Lock()
-		if k := b.provider + "\x00" + b.id; r.blocks[k] == b {
+		if k := b.tenant + "\x00" + b.provider + "\x00" + b.id; r.blocks[k] == b {
 			delete(r.blocks, k)
 		}
 		r.mu.Unlock()
@@ -742,36 +881,31 @@ func (r *Redis) refresh(ctx context.Context, providerName string) error {
 	k := r.known[providerName]
 	r.mu.Unlock()
 	since := r.local.generation()
-	res, err := r.run(ctx, readScript, providerName, 1, k.epoch, k.ver)
+	rd, err := r.readAll(ctx, providerName, true, k.epoch, k.ver, k.ownerList())
 	if err != nil {
 		return err
 	}
-	snap, epoch, ver, full, err := r.parseRead(providerName, res, true)
-	if err != nil {
-		return err
-	}
-	if k.epoch != "" && epoch != k.epoch {
+	if k.epoch != "" && rd.epoch != k.epoch {
 		if local := r.local.snapshot(providerName); len(local) > 0 {
 			if err := r.restore(ctx, providerName, k.epoch, local); err != nil {
 				return err
 			}
 			since = r.local.generation()
-			if res, err = r.run(ctx, readScript, providerName, 1, "", ""); err != nil {
-				return err
-			}
-			if snap, epoch, ver, full, err = r.parseRead(providerName, res, true); err != nil {
+			if rd, err = r.readAll(ctx, providerName, true, "", "", k.ownerList()); err != nil {
 				return err
 			}
 		}
 	}
-	if full {
-		r.local.replace(providerName, snap, since)
+	owners := k.owners
+	if rd.full {
+		r.local.replace(providerName, rd.snap, since)
+		owners = strings.Join(rd.owners, "\x00")
 	}
 	r.mu.Lock()
 	if r.known[providerName] == k {
 		// (Unless an add recorded the epoch meanwhile: this read may be
 		// older than that add.)
-		r.known[providerName] = known{epoch: epoch, ver: ver}
+		r.known[providerName] = known{epoch: rd.epoch, ver: rd.ver, owners: owners}
 	}
 	r.mu.Unlock()
 	return nil
@@ -781,9 +915,21 @@ func (r *Redis) refresh(ctx context.Context, providerName string) error {
 // lost it.
 func (r *Redis) restore(ctx context.Context, providerName, knownEpoch string, local []memCred) error {
 	now := r.now()
-	args := []any{randomHex(8), knownEpoch, len(local)}
+	var tenants []string
+	index := map[string]int{"": 0}
 	for _, c := range local {
-		sealed, err := r.seal.seal(providerName, c.ID, c.Secret)
+		if _, ok := index[c.Owner]; !ok {
+			tenants = append(tenants, c.Owner)
+			index[c.Owner] = len(tenants)
+		}
+	}
+	args := []any{"", randomHex(8), knownEpoch, len(tenants)}
+	for _, t := range tenants {
+		args = append(args, t)
+	}
+	args = append(args, len(local))
+	for _, c := range local {
+		sealed, err := r.seal.seal(providerName, c.Owner, c.ID, c.Secret)
 		if err != nil {
 			return err
 		}
@@ -791,9 +937,9 @@ func (r *Redis) restore(ctx context.Context, providerName, knownEpoch string, lo
 		if c.blocked(now) {
 			left = max(1, c.until.Sub(now).Milliseconds())
 		}
-		args = append(args, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), c.seed, left, c.reason, b2i(c.est))
+		args = append(args, index[c.Owner], c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), c.seed, left, c.reason, b2i(c.est))
 	}
-	res, err := r.run(ctx, restoreScript, providerName, args...)
+	res, err := r.run(ctx, restoreScript, r.keys(providerName, tenants...), args...)
 	if err != nil {
 		return err
 	}

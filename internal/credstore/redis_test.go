@@ -132,7 +132,7 @@ func TestRedisSealedSecrets(t *testing.T) {
 	}
 	for _, k := range [][]byte{nil, []byte("fedcba9876543210fedcba9876543210")} {
 		other := newRedisStore(t, c, RedisOptions{KeyPrefix: "seal:", SecretKey: k})
-		_, _, err := other.Pick(ctx, "p")
+		_, _, err := other.Pick(ctx, "", "p")
 		if err == nil || strings.Contains(err.Error(), "secret-a") || !strings.Contains(err.Error(), "secret key") {
 			t.Errorf("Pick with key %q = %v; want an error about the secret key", k, err)
 		}
@@ -171,7 +171,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if _, err := s.Add(ctx, Credential{ID: "d", Provider: "p", Secret: "secret-d"}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Add(api d) during the outage = %v; want ErrUnavailable", err)
 	}
-	if err := s.Delete(ctx, "c"); !errors.Is(err, ErrUnavailable) {
+	if err := s.Delete(ctx, "", "c"); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Delete(c) during the outage = %v; want ErrUnavailable", err)
 	}
 	mustAdd(t, s, Credential{ID: "e", Provider: "p", Secret: "secret-e", Source: SourceConfig})
@@ -191,7 +191,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	}
 	// Another replica, with an empty local view, sees it all in Redis.
 	s2 := newRedisStore(t, newTestClient(t, srv.Addr()), opts)
-	infos, err := s2.List(ctx, "p")
+	infos, err := s2.List(ctx, Filter{Provider: "p"})
 	if err != nil || s2.Degraded() {
 		t.Fatalf("List on a new replica = %v, degraded %t", err, s2.Degraded())
 	}
@@ -313,7 +313,7 @@ func TestRedisUnresponsiveIsBounded(t *testing.T) {
 	if id := pickID(t, s, "p"); id != "a" {
 		t.Errorf("Pick = %s", id)
 	}
-	if _, err := s.UsageLimited(ctx, "p", "a", time.Minute, true, "limit"); err != nil {
+	if _, err := s.UsageLimited(ctx, "", "p", "a", time.Minute, true, "limit"); err != nil {
 		t.Errorf("UsageLimited = %v", err)
 	}
 	if err := s.Ready(ctx); !errors.Is(err, ErrDegraded) {

@@ -11,8 +11,9 @@ import (
 )
 
 // sealer seals secrets before they are written to Redis: AES-GCM with the
-// configured key, the credential's provider and ID as additional data (a
-// sealed secret cannot be moved to another credential). Without a key,
+// configured key, the credential's provider, ID and owner (a tenant's own
+// credential) as additional data (a sealed secret cannot be moved to
+// another credential, nor to another owner). Without a key,
 // secrets are stored in clear. Stored forms: "p1:<secret>" (clear) and
 // "g1:<base64 nonce|ciphertext>" (sealed).
 type sealer struct{ aead cipher.AEAD }
@@ -32,9 +33,16 @@ func newSealer(key []byte) (*sealer, error) {
 	return &sealer{aead: aead}, nil
 }
 
-func aad(providerName, id string) []byte { return []byte(providerName + "\x00" + id) }
+// aad is a server credential's provider and ID, and a tenant's own one's
+// owner after those (IDs and owners have no control characters).
+func aad(providerName, owner, id string) []byte {
+	if owner == "" {
+		return []byte(providerName + "\x00" + id)
+	}
+	return []byte(providerName + "\x00" + id + "\x00" + owner)
+}
 
-func (s *sealer) seal(providerName, id, secret string) (string, error) {
+func (s *sealer) seal(providerName, owner, id, secret string) (string, error) {
 	if s.aead == nil {
 		return "p1:" + secret, nil
 	}
@@ -42,13 +50,13 @@ func (s *sealer) seal(providerName, id, secret string) (string, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return "", fmt.Errorf("credstore: sealing a secret: %w", err)
 	}
-	out := s.aead.Seal(nonce, nonce, []byte(secret), aad(providerName, id))
+	out := s.aead.Seal(nonce, nonce, []byte(secret), aad(providerName, owner, id))
 	return "g1:" + base64.RawStdEncoding.EncodeToString(out), nil
 }
 
 var errSealed = errors.New("secret cannot be opened (is the store's secret key the same on every replica?)")
 
-func (s *sealer) open(providerName, id, stored string) (string, error) {
+func (s *sealer) open(providerName, owner, id, stored string) (string, error) {
 	switch {
 	case strings.HasPrefix(stored, "p1:"):
 		return stored[3:], nil
@@ -58,7 +66,7 @@ func (s *sealer) open(providerName, id, stored string) (string, error) {
 			break
 		}
 		n := s.aead.NonceSize()
-		plain, err := s.aead.Open(nil, raw[:n], raw[n:], aad(providerName, id))
+		plain, err := s.aead.Open(nil, raw[:n], raw[n:], aad(providerName, owner, id))
 		if err != nil {
 			break
 		}

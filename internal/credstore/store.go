@@ -13,6 +13,25 @@
 // API (Source [SourceAPI]). Secrets are write-only: [Info] has no secret,
 // and a [Credential] never formats its secret.
 //
+// Ownership: a credential is a server credential (Owner empty: it serves
+// every tenant; the configuration file's are all server credentials) or a
+// tenant's own (Owner is the tenant: "bring your own key"). Ids are
+// namespaced by owner: two tenants may each have a credential "x", and
+// neither can see, probe or touch the other's. A tenant's own ids are
+// unique across providers, and none may be a server credential's id.
+//
+// Pools: a session of tenant T calls a provider with a credential of T's
+// pool for it: T's own credentials of the provider first (round-robin among
+// the available ones, on T's own cursor), then the server's (round-robin on
+// the server's cursor, shared by every tenant), used only while every one
+// of T's own is blocked or when T has none. A server credential whose id is
+// one of T's own of the provider (an admin added it after T's) is shadowed
+// in T's pool: T's id means T's credential. A usage limit blocks the
+// credential (for every pool it is in: a server credential's limit is the
+// provider's) and switches to an available sibling of the same pool, own
+// ones first; redeeming a banked reset and the earliest unblock look at that
+// pool too. Another tenant's credentials are never in T's pool.
+//
 // Credential states: available, or blocked until a time with a reason
 // (the provider's error text, sanitised). A block ends by itself when its
 // time passes; a banked reset ends it early. Blocks are kept as the later of
@@ -39,36 +58,44 @@ import (
 // methods are safe for concurrent use.
 type Store interface {
 	// Add stores a credential and returns its state; an empty ID gets a
-	// generated one. IDs are unique across providers. Adding a SourceConfig
+	// generated one. c.Owner empty adds a server credential, else one that
+	// tenant owns. IDs are unique across providers within an owner, and a
+	// tenant's may not be a server credential's. Adding a SourceConfig
 	// credential whose ID exists as a SourceConfig credential of the same
 	// provider updates it (secret, auto-redeem, and the banked-reset count
 	// by the change of its configured value) and keeps its state, so every
 	// replica can add its configuration at start. Anything else with an
 	// existing ID is ErrExists.
 	Add(ctx context.Context, c Credential) (Info, error)
-	// Delete removes a credential added through the API: ErrNotFound,
-	// ErrReadOnly for a SourceConfig credential.
-	Delete(ctx context.Context, id string) error
-	// List returns the credentials of providerName (every provider when
-	// empty, by provider name), each provider's in the order they were
-	// added. Infos carry no secret.
-	List(ctx context.Context, providerName string) ([]Info, error)
-	// Pick returns the credential for the next call to providerName,
-	// round-robin among the available ones (the rotation is shared by every
-	// replica of a Redis store), skipping blocked ones. ok is false when the
-	// provider has no credentials. When all are blocked, err is an
-	// *AllBlockedError (errors.Is ErrAllBlocked) that says when the earliest
-	// frees up.
-	Pick(ctx context.Context, providerName string) (c provider.Credential, ok bool, err error)
-	// UsageLimited is step 7 of the retry flow. It blocks credID until now
-	// + window (window ≤ 0: DefaultBlock) with reason, then, in order:
-	// switches to an available sibling (Switched); or, when a blocked
-	// credential of the provider with AutoRedeem has banked resets (credID
-	// first, then the others in order), spends exactly one, unblocks it and
-	// switches to it (Switched, Redeemed); or reports the earliest moment a
-	// blocked sibling frees up (HasSibling, SiblingFreeIn). fromProvider
-	// says window is the provider's own (else agentd's estimate).
-	UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error)
+	// Delete removes owner's credential id ("" : a server credential),
+	// added through the API: ErrNotFound when owner has none with that id;
+	// for a tenant owner, ErrForbidden when id is a server credential's;
+	// ErrReadOnly for a SourceConfig credential. Another owner's credential
+	// with that id is never touched.
+	Delete(ctx context.Context, owner, id string) error
+	// List returns the credentials f selects, by provider name, each
+	// provider's server credentials first and then each owner's (by owner),
+	// each in the order they were added. Infos carry no secret.
+	List(ctx context.Context, f Filter) ([]Info, error)
+	// Pick returns the credential for tenant's next call to providerName
+	// from tenant's pool (see the package comment; tenant "" has the
+	// server's credentials only): round-robin among the available ones (the
+	// rotation is shared by every replica of a Redis store), skipping
+	// blocked ones. ok is false when the pool is empty. When all are
+	// blocked, err is an *AllBlockedError (errors.Is ErrAllBlocked) that
+	// says when the earliest frees up.
+	Pick(ctx context.Context, tenant, providerName string) (c provider.Credential, ok bool, err error)
+	// UsageLimited is step 7 of the retry flow, in tenant's pool of
+	// providerName (credID is tenant's own, else a server credential; any
+	// other is ErrNotFound). It blocks credID until now + window (window ≤
+	// 0: DefaultBlock) with reason, then, in order: switches to an available
+	// sibling of the pool (Switched); or, when a blocked credential of the
+	// pool with AutoRedeem has banked resets (credID first, then the others
+	// in pool order), spends exactly one, unblocks it and switches to it
+	// (Switched, Redeemed); or reports the earliest moment a blocked sibling
+	// frees up (HasSibling, SiblingFreeIn). fromProvider says window is the
+	// provider's own (else agentd's estimate).
+	UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error)
 	// Ready reports whether the store is fully working, for /readyz: nil,
 	// or an error wrapping ErrDegraded that says why (it keeps serving).
 	Ready(ctx context.Context) error
@@ -86,6 +113,9 @@ var (
 	ErrExists   = errors.New("credential already exists")
 	ErrReadOnly = errors.New("credential comes from the configuration file")
 	ErrInvalid  = errors.New("invalid credential")
+	// ErrForbidden: a tenant asked to delete a server credential (only an
+	// admin may). Map it to codes.PermissionDenied.
+	ErrForbidden = errors.New("credential serves every tenant: only an admin may change it")
 	// ErrAllBlocked: every credential of the provider is blocked (see
 	// AllBlockedError).
 	ErrAllBlocked = errors.New("every credential is blocked")
@@ -141,6 +171,17 @@ const (
 	maxReasonBytes = 256
 )
 
+// Filter selects the credentials List returns.
+type Filter struct {
+	// Provider: only this provider's ("": every provider's).
+	Provider string
+	// Tenant: the server credentials and Tenant's own ("": the server
+	// credentials only). Ignored with All.
+	Tenant string
+	// All: every owner's credentials (an admin's view).
+	All bool
+}
+
 // Credential is a credential to store. Its secret never appears when it is
 // formatted or logged.
 type Credential struct {
@@ -148,6 +189,9 @@ type Credential struct {
 	Provider string
 	Secret   string `json:"-"`
 	Source   string // SourceConfig or SourceAPI ("" means SourceAPI)
+	// Owner is the tenant that owns the credential and alone uses it; ""
+	// for a server credential. Only SourceAPI credentials have one.
+	Owner string
 	// BankedResets is the number of saved usage-limit resets. For a
 	// SourceConfig credential it is the configured value: the store keeps
 	// the live count (spending decrements it) and applies only changes of
@@ -160,13 +204,16 @@ type Credential struct {
 
 // String never prints the secret.
 func (c Credential) String() string {
+	if c.Owner != "" {
+		return fmt.Sprintf("credential(%s, provider %s, %s, owner %s)", c.ID, c.Provider, c.Source, c.Owner)
+	}
 	return fmt.Sprintf("credential(%s, provider %s, %s)", c.ID, c.Provider, c.Source)
 }
 
 // GoString never prints the secret.
 func (c Credential) GoString() string {
-	return fmt.Sprintf("credstore.Credential{ID:%q, Provider:%q, Secret:<redacted>, Source:%q, BankedResets:%d, AutoRedeem:%t}",
-		c.ID, c.Provider, c.Source, c.BankedResets, c.AutoRedeem)
+	return fmt.Sprintf("credstore.Credential{ID:%q, Provider:%q, Secret:<redacted>, Source:%q, Owner:%q, BankedResets:%d, AutoRedeem:%t}",
+		c.ID, c.Provider, c.Source, c.Owner, c.BankedResets, c.AutoRedeem)
 }
 
 // Format makes every fmt verb (%v, %+v, %#v, %s, %d, …) print String or
@@ -181,12 +228,14 @@ func (c Credential) Format(f fmt.State, verb rune) {
 
 // LogValue keeps the secret out of slog.
 func (c Credential) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("id", c.ID), slog.String("provider", c.Provider), slog.String("source", c.Source))
+	return slog.GroupValue(slog.String("id", c.ID), slog.String("provider", c.Provider), slog.String("source", c.Source),
+		slog.String("owner", c.Owner))
 }
 
 // Info is a credential's state without its secret, as listings show it.
 type Info struct {
 	ID, Provider, Source string
+	Owner                string // "" for a server credential
 	Status               string // StatusAvailable or StatusBlocked
 	// BlockedUntil, BlockReason and BlockEstimated are set when blocked.
 	// BlockEstimated: the window was agentd's estimate, not the provider's.
@@ -224,6 +273,10 @@ func normalize(c Credential) (Credential, error) {
 		return c, fmt.Errorf("%w: %s: banked resets %d < 0", ErrInvalid, c.ID, c.BankedResets)
 	case len(c.ID) > 200 || strings.IndexFunc(c.ID, unicode.IsControl) >= 0:
 		return c, fmt.Errorf("%w: id is longer than 200 bytes or has control characters", ErrInvalid)
+	case len(c.Owner) > 200 || strings.IndexFunc(c.Owner, unicode.IsControl) >= 0:
+		return c, fmt.Errorf("%w: owner is longer than 200 bytes or has control characters", ErrInvalid)
+	case c.Owner != "" && c.Source == SourceConfig:
+		return c, fmt.Errorf("%w: %s: a configuration credential serves every tenant and has no owner", ErrInvalid, c.ID)
 	}
 	switch c.Source {
 	case "":

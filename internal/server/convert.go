@@ -37,6 +37,8 @@ func toStatus(err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, credstore.ErrReadOnly):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, credstore.ErrForbidden):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, credstore.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, credstore.ErrUnavailable):
@@ -253,7 +255,7 @@ func entryToProto(e session.Entry) *agentdv1.Message {
 
 func credentialToProto(i credstore.Info) *agentdv1.Credential {
 	out := &agentdv1.Credential{Id: i.ID, Provider: i.Provider, Status: i.Status, BlockReason: i.BlockReason,
-		BankedResets: int32(i.BankedResets), Source: i.Source}
+		BankedResets: int32(i.BankedResets), Source: i.Source, Owner: i.Owner}
 	if !i.BlockedUntil.IsZero() {
 		out.BlockedUntil = timestamppb.New(i.BlockedUntil)
 	}

@@ -8,10 +8,30 @@ import (
 )
 
 // credentialService implements agentd.v1.CredentialService.
+//
+// Tenancy: server credentials (owner empty: the configuration file's and
+// those an admin adds) serve every tenant; only an admin (a token with
+// admin: true, or local mode's one tenant) adds or deletes them. A
+// credential a non-admin tenant adds is its own: it serves that tenant's
+// sessions only, before the server's (see credentialAdapter), and only
+// that tenant (and admins) list it. To every other tenant it does not
+// exist: its ID is the owner's (another tenant may have the same one), and
+// deleting it is NOT_FOUND. A non-admin deleting a server credential is
+// PERMISSION_DENIED. Secrets are write-only: never in a response, log,
+// event or error.
 type credentialService struct {
 	agentdv1.UnimplementedCredentialServiceServer
 	store     credstore.Store
 	providers map[string]bool
+}
+
+// ownerFor is the owner of the credentials the caller adds and deletes: ""
+// (the server's) for an admin, else the caller's tenant.
+func ownerFor(ctx context.Context) string {
+	if c := callerOf(ctx); !c.admin {
+		return c.tenant
+	}
+	return ""
 }
 
 func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.CreateCredentialRequest) (*agentdv1.Credential, error) {
@@ -30,6 +50,7 @@ func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.
 	info, err := c.store.Add(ctx, credstore.Credential{
 		ID: req.GetId(), Provider: req.GetProvider(), Secret: req.GetSecret(),
 		Source: credstore.SourceAPI, BankedResets: int(req.GetBankedResets()),
+		Owner: ownerFor(ctx),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -41,8 +62,9 @@ func (c *credentialService) ListCredentials(ctx context.Context, req *agentdv1.L
 	if p := req.GetProvider(); p != "" && !c.providers[p] {
 		return nil, invalidArg("provider", "unknown provider %q", p)
 	}
+	who := callerOf(ctx)
 	resp := &agentdv1.ListCredentialsResponse{}
-	infos, err := c.store.List(ctx, req.GetProvider())
+	infos, err := c.store.List(ctx, credstore.Filter{Provider: req.GetProvider(), Tenant: who.tenant, All: who.admin})
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -56,7 +78,9 @@ func (c *credentialService) DeleteCredential(ctx context.Context, req *agentdv1.
 	if req.GetCredentialId() == "" {
 		return nil, invalidArg("credential_id", "is required")
 	}
-	if err := c.store.Delete(ctx, req.GetCredentialId()); err != nil {
+	// ErrNotFound for another tenant's (the ID is looked up among the
+	// caller's own only), ErrForbidden for a server credential.
+	if err := c.store.Delete(ctx, ownerFor(ctx), req.GetCredentialId()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &agentdv1.DeleteCredentialResponse{}, nil

@@ -99,21 +99,26 @@ func (s *Server) closeStores() error {
 }
 
 // credentialAdapter gives the session engine the credential store, and
-// counts what it does.
+// counts what it does. A session of tenant T calls with a credential of
+// T's pool (see package credstore): T's own credentials of the provider
+// first, round-robin among the available ones, then the server's (those
+// that serve every tenant), used when all of T's own are blocked or T has
+// none; a usage limit switches to an available sibling of that same pool.
+// No other tenant's credential is ever in T's pool.
 type credentialAdapter struct {
 	store   credstore.Store
 	backend string
 	metrics *metrics.Metrics
 }
 
-func (a credentialAdapter) Pick(ctx context.Context, providerName string) (c provider.Credential, ok bool, err error) {
-	c, ok, err = a.store.Pick(ctx, providerName)
+func (a credentialAdapter) Pick(ctx context.Context, tenant, providerName string) (c provider.Credential, ok bool, err error) {
+	c, ok, err = a.store.Pick(ctx, tenant, providerName)
 	a.metrics.StoreOp(a.backend, "pick", ignoreAllBlocked(err))
 	return c, ok, err
 }
 
-func (a credentialAdapter) UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
-	sw, err := a.store.UsageLimited(ctx, providerName, credID, window, fromProvider, reason)
+func (a credentialAdapter) UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
+	sw, err := a.store.UsageLimited(ctx, tenant, providerName, credID, window, fromProvider, reason)
 	a.metrics.StoreOp(a.backend, "block", err)
 	if err == nil {
 		why := "estimate"
@@ -140,7 +145,7 @@ func ignoreAllBlocked(err error) error {
 // refreshGauges sets the gauges read from the stores; it runs before each
 // scrape.
 func (s *Server) refreshGauges(ctx context.Context) {
-	infos, err := s.creds.List(ctx, "")
+	infos, err := s.creds.List(ctx, credstore.Filter{All: true})
 	if err == nil {
 		total := map[string]int{}
 		blocked := map[string]int{}

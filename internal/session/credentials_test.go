@@ -39,8 +39,8 @@ func credManager(t *testing.T, creds ...credstore.Credential) (*session.Manager,
 // storeAdapter is the server's adapter, without metrics.
 type storeAdapter struct{ credstore.Store }
 
-func (a storeAdapter) UsageLimited(ctx context.Context, p, id string, w time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
-	sw, err := a.Store.UsageLimited(ctx, p, id, w, fromProvider, reason)
+func (a storeAdapter) UsageLimited(ctx context.Context, tenant, p, id string, w time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
+	sw, err := a.Store.UsageLimited(ctx, tenant, p, id, w, fromProvider, reason)
 	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
 }
 
@@ -72,7 +72,7 @@ func TestUsageLimitSwitchesToSiblingAtOnce(t *testing.T) {
 			t.Fatalf("calls used %v", got)
 		}
 		// key-a stays blocked: the next prompt goes straight to key-b.
-		infos, _ := store.List(context.Background(), "sim")
+		infos, _ := store.List(context.Background(), credstore.Filter{Provider: "sim"})
 		if infos[0].Status != credstore.StatusBlocked || infos[1].Status != credstore.StatusAvailable {
 			t.Fatalf("credentials = %+v", infos)
 		}
@@ -93,7 +93,7 @@ func TestUsageLimitWaitsForEarliestSibling(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, _, store := credManager(t, credstore.Credential{ID: "key-a", Secret: "sk-a"}, credstore.Credential{ID: "key-b", Secret: "sk-b"})
 		// key-b is blocked for 20 s already.
-		if _, err := store.UsageLimited(context.Background(), "sim", "key-b", 20*time.Second, true, "test"); err != nil {
+		if _, err := store.UsageLimited(context.Background(), "", "sim", "key-b", 20*time.Second, true, "test"); err != nil {
 			t.Fatal(err)
 		}
 		s := create(t, m, session.RetryOverrides{})
@@ -114,7 +114,7 @@ func TestUsageLimitWaitsForEarliestSibling(t *testing.T) {
 func TestEveryCredentialBlockedWaitsForTheFirstToFreeUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, rec, store := credManager(t, credstore.Credential{ID: "key-a", Secret: "sk-a"})
-		if _, err := store.UsageLimited(context.Background(), "sim", "key-a", 30*time.Second, true, "test"); err != nil {
+		if _, err := store.UsageLimited(context.Background(), "", "sim", "key-a", 30*time.Second, true, "test"); err != nil {
 			t.Fatal(err)
 		}
 		s := create(t, m, session.RetryOverrides{})
@@ -144,7 +144,7 @@ func TestBankedResetRedeemedOnce(t *testing.T) {
 		if got := credIDs(rec.requests()); len(got) != 2 || got[1] != "only" {
 			t.Fatalf("calls used %v", got)
 		}
-		infos, _ := store.List(context.Background(), "sim")
+		infos, _ := store.List(context.Background(), credstore.Filter{Provider: "sim"})
 		if infos[0].BankedResets != 0 || infos[0].Status != credstore.StatusAvailable {
 			t.Fatalf("credential after redeem = %+v", infos[0])
 		}
@@ -163,9 +163,9 @@ type pickCounter struct {
 	picks atomic.Int32
 }
 
-func (c *pickCounter) Pick(ctx context.Context, p string) (provider.Credential, bool, error) {
+func (c *pickCounter) Pick(ctx context.Context, tenant, p string) (provider.Credential, bool, error) {
 	c.picks.Add(1)
-	return c.storeAdapter.Pick(ctx, p)
+	return c.storeAdapter.Pick(ctx, tenant, p)
 }
 
 // A switch hands the retry its sibling: the store chose it in the same call

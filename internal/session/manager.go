@@ -80,13 +80,15 @@ type PromptValidator interface {
 
 // Credentials is what the session engine needs of the credential store.
 type Credentials interface {
-	// Pick returns the credential for the next call to the provider; ok is
-	// false when the provider has none (the simulated one).
-	Pick(ctx context.Context, providerName string) (c provider.Credential, ok bool, err error)
-	// UsageLimited is step 7 of the retry flow: it records that cred hit a
-	// usage limit for window (the provider's hint when fromProvider, else the
-	// retry engine's estimate) and tries to switch to a sibling.
-	UsageLimited(ctx context.Context, providerName, credID string, window time.Duration, fromProvider bool, reason string) (CredentialSwitch, error)
+	// Pick returns the credential for a session of tenant's next call to
+	// the provider, from tenant's pool (its own credentials, then the
+	// server's); ok is false when the provider has none (the simulated one).
+	Pick(ctx context.Context, tenant, providerName string) (c provider.Credential, ok bool, err error)
+	// UsageLimited is step 7 of the retry flow: it records that cred (of
+	// tenant's pool) hit a usage limit for window (the provider's hint when
+	// fromProvider, else the retry engine's estimate) and tries to switch to
+	// a sibling of that pool.
+	UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (CredentialSwitch, error)
 }
 
 // CredentialSwitch is the outcome of step 7.

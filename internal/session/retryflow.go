@@ -66,7 +66,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		sw = CredentialSwitch{HasSibling: true, SiblingFreeIn: t.allBlockedFor}
 	} else if v.Class == retry.ClassUsageLimit && s.m.opts.Credentials != nil && cred.ID != "" {
 		var err error
-		sw, err = s.m.opts.Credentials.UsageLimited(ctx, p.Name, cred.ID, v.UsageWindow, !v.UsageWindowEstimated, errMsg)
+		sw, err = s.m.opts.Credentials.UsageLimited(ctx, s.tenant, p.Name, cred.ID, v.UsageWindow, !v.UsageWindowEstimated, errMsg)
 		if err != nil {
 			s.m.log.Warn("credential store: usage limit not recorded", "session", s.id, "provider", p.Name, "err", err)
 		}

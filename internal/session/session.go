@@ -539,7 +539,7 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	if s.m.opts.Credentials != nil && switched.provider == p.Name && switched.cred.ID != "" {
 		req.Credential = switched.cred
 	} else if s.m.opts.Credentials != nil {
-		cred, ok, err := s.m.opts.Credentials.Pick(ctx, p.Name)
+		cred, ok, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name)
 		if err != nil {
 			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
 			res := provider.Result{Message: provider.Message{

@@ -37,7 +37,10 @@ type Credential struct {
 	// Banked resets this credential may spend.
 	BankedResets int32 `protobuf:"varint,6,opt,name=banked_resets,json=bankedResets,proto3" json:"banked_resets,omitempty"`
 	// config or api.
-	Source        string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
+	// The tenant that owns the credential and alone uses it; empty for a
+	// server credential (it serves every tenant).
+	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,6 +120,13 @@ func (x *Credential) GetBankedResets() int32 {
 func (x *Credential) GetSource() string {
 	if x != nil {
 		return x.Source
+	}
+	return ""
+}
+
+func (x *Credential) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -364,7 +374,7 @@ var File_agentd_v1_credential_proto protoreflect.FileDescriptor
 
 const file_agentd_v1_credential_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentd/v1/credential.proto\x12\tagentd.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n" +
+	"\x1aagentd/v1/credential.proto\x12\tagentd.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n" +
 	"\n" +
 	"Credential\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
@@ -373,7 +383,8 @@ const file_agentd_v1_credential_proto_rawDesc = "" +
 	"\rblocked_until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fblockedUntil\x12!\n" +
 	"\fblock_reason\x18\x05 \x01(\tR\vblockReason\x12#\n" +
 	"\rbanked_resets\x18\x06 \x01(\x05R\fbankedResets\x12\x16\n" +
-	"\x06source\x18\a \x01(\tR\x06source\"\x82\x01\n" +
+	"\x06source\x18\a \x01(\tR\x06source\x12\x14\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\"\x82\x01\n" +
 	"\x17CreateCredentialRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +

@@ -30,12 +30,23 @@ const (
 //
 // CredentialService manages provider credentials. Secrets are write-only:
 // they are never returned, logged or put in events.
+//
+// Ownership: a server credential (owner empty) serves every tenant; only an
+// admin creates or deletes one, and configuration-file credentials are
+// server credentials too. A credential a non-admin tenant creates is its
+// own: it serves that tenant's sessions only (before the server's) and is
+// listed to that tenant only; to another tenant it does not exist.
 type CredentialServiceClient interface {
-	// CreateCredential adds a credential to a configured provider.
+	// CreateCredential adds a credential to a configured provider: a server
+	// credential when the caller is an admin, else one owned by the caller's
+	// tenant. Ids are the owner's: two tenants may each have an "x".
 	CreateCredential(ctx context.Context, in *CreateCredentialRequest, opts ...grpc.CallOption) (*Credential, error)
-	// ListCredentials lists credentials and their state.
+	// ListCredentials lists credentials and their state: the server
+	// credentials and the caller's own (an admin's: every tenant's too).
 	ListCredentials(ctx context.Context, in *ListCredentialsRequest, opts ...grpc.CallOption) (*ListCredentialsResponse, error)
-	// DeleteCredential removes a credential added through the API.
+	// DeleteCredential removes a credential added through the API: the
+	// caller's own (an admin's: a server credential). Another tenant's is
+	// NOT_FOUND; a server credential is PERMISSION_DENIED to a non-admin.
 	DeleteCredential(ctx context.Context, in *DeleteCredentialRequest, opts ...grpc.CallOption) (*DeleteCredentialResponse, error)
 }
 
@@ -83,12 +94,23 @@ func (c *credentialServiceClient) DeleteCredential(ctx context.Context, in *Dele
 //
 // CredentialService manages provider credentials. Secrets are write-only:
 // they are never returned, logged or put in events.
+//
+// Ownership: a server credential (owner empty) serves every tenant; only an
+// admin creates or deletes one, and configuration-file credentials are
+// server credentials too. A credential a non-admin tenant creates is its
+// own: it serves that tenant's sessions only (before the server's) and is
+// listed to that tenant only; to another tenant it does not exist.
 type CredentialServiceServer interface {
-	// CreateCredential adds a credential to a configured provider.
+	// CreateCredential adds a credential to a configured provider: a server
+	// credential when the caller is an admin, else one owned by the caller's
+	// tenant. Ids are the owner's: two tenants may each have an "x".
 	CreateCredential(context.Context, *CreateCredentialRequest) (*Credential, error)
-	// ListCredentials lists credentials and their state.
+	// ListCredentials lists credentials and their state: the server
+	// credentials and the caller's own (an admin's: every tenant's too).
 	ListCredentials(context.Context, *ListCredentialsRequest) (*ListCredentialsResponse, error)
-	// DeleteCredential removes a credential added through the API.
+	// DeleteCredential removes a credential added through the API: the
+	// caller's own (an admin's: a server credential). Another tenant's is
+	// NOT_FOUND; a server credential is PERMISSION_DENIED to a non-admin.
 	DeleteCredential(context.Context, *DeleteCredentialRequest) (*DeleteCredentialResponse, error)
 	mustEmbedUnimplementedCredentialServiceServer()
 }
