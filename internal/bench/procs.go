@@ -142,11 +142,16 @@ type Agentd struct {
 	Dir        string
 }
 
-// StartAgentd writes cfg (YAML without listen:) to dir and runs `bin serve`
-// on free loopback ports.
+// benchLimits raise the per-tenant limits above what the scenarios ask of
+// one tenant (idle-memory's 100k sessions, capacity's ~1000 concurrent
+// streams): they measure agentd, not its quotas.
+const benchLimits = "limits: {max_sessions_per_tenant: 10000000, max_concurrent_prompts_per_tenant: 1000000}\n"
+
+// StartAgentd writes cfg (YAML without listen: nor limits:) to dir and runs
+// `bin serve` on free loopback ports.
 func StartAgentd(bin, dir, cfg string, env []string) (*Agentd, error) {
 	path := filepath.Join(dir, "agentd.yaml")
-	full := "listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + cfg
+	full := "listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + benchLimits + cfg
 	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
 		return nil, err
 	}

@@ -152,6 +152,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		EventBuffer:       cfg.Sessions.EventBuffer,
 		MaxPromptBytes:    cfg.Sessions.MaxPromptBytes,
 		MaxSessions:       cfg.Sessions.MaxSessions,
+		Limits:            sessionLimits(cfg.Limits),
 		ToolResultTimeout: time.Duration(cfg.Sessions.ToolResultTimeoutMs) * time.Millisecond,
 		Shared:            s.shared,
 		LeaseTTL:          time.Duration(cfg.Store.Redis.LeaseMs) * time.Millisecond,

@@ -123,6 +123,9 @@ type Options struct {
 	EventBuffer      int // events kept per session for resume
 	MaxPromptBytes   int
 	MaxSessions      int // 0: unbounded
+	// Limits bound each tenant and each session (zero fields: their
+	// DefaultLimits).
+	Limits Limits
 	// ToolResultTimeout bounds the wait for a client's tool results
 	// (0: DefaultToolResultTimeout).
 	ToolResultTimeout time.Duration
@@ -150,6 +153,11 @@ type Manager struct {
 	followed map[*Session]struct{} // copies following the stored log (startMirror)
 	created  uint64
 	closed   bool
+
+	// Without a shared store: each tenant's sessions (under mu) and running
+	// prompts (the store counts them otherwise).
+	tenantSessions tenantCounts
+	prompts        tenantCounts
 }
 
 // NewManager returns a Manager. Close it to stop every session.
@@ -181,6 +189,7 @@ func NewManager(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	opts.Limits = opts.Limits.withDefaults()
 	m := &Manager{opts: opts, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
 		followed: map[*Session]struct{}{}}
 	for _, p := range opts.Providers {
@@ -219,8 +228,6 @@ var (
 	sessionIDRe     = regexp.MustCompile(`^ses_[a-z2-7]{26}$`)
 )
 
-const maxSystemPromptBytes = 1 << 20
-
 // Create validates p and creates a session owned by tenant.
 func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*Session, error) {
 	if err := m.checkModel("model", p.Model); err != nil {
@@ -232,19 +239,28 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 	if !rolePattern.MatchString(p.Role) {
 		return nil, invalid("role", "%q must match %s", p.Role, rolePattern)
 	}
-	if len(p.SystemPrompt) > maxSystemPromptBytes {
-		return nil, invalid("system_prompt", "is %d bytes, more than the limit of %d", len(p.SystemPrompt), maxSystemPromptBytes)
+	lim := m.opts.Limits
+	if len(p.SystemPrompt) > lim.MaxSystemPromptBytes {
+		return nil, invalid("system_prompt", "is %d bytes, more than %s (%d)", len(p.SystemPrompt), LimitSystemPromptBytes, lim.MaxSystemPromptBytes)
+	}
+	if err := lim.checkRetryCaps(p.Retry); err != nil {
+		return nil, err
 	}
 	settings, err := m.applyOverrides(p.Retry)
 	if err != nil {
 		return nil, err
 	}
+	if len(p.Tools) > lim.MaxTools {
+		return nil, invalid("tools", "has %d tools, more than %s (%d)", len(p.Tools), LimitTools, lim.MaxTools)
+	}
 	if err := checkTools(p.Tools); err != nil {
 		return nil, err
 	}
 	id := newID("ses_")
+	// With a shared store, lastUsed keeps the new copy from being dropped
+	// as idle (evictIdle) before anyone used it.
 	s := &Session{
-		m: m, id: id, tenant: tenant, created: m.opts.Now(),
+		m: m, id: id, tenant: tenant, created: m.opts.Now(), lastUsed: time.Now(),
 		role: p.Role, system: p.SystemPrompt, tools: p.Tools,
 		primary: p.Model, model: p.Model, settings: settings,
 		log: newEventLog(id, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
@@ -256,11 +272,16 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 		if closed {
 			return nil, ErrClosed
 		}
-		order, err := sh.Create(ctx, recordOf(s))
+		// The tenant's sessions are counted, and this one added, in one
+		// step of the store: the bound holds across replicas.
+		res, err := sh.Create(ctx, recordOf(s), lim.MaxSessionsPerTenant)
 		if err != nil {
 			return nil, unavailable("store the session", err)
 		}
-		s.order = order
+		if !res.Created {
+			return nil, sessionsLimitError(res.Sessions)
+		}
+		s.order = res.Order
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -270,6 +291,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 	if m.opts.Shared == nil {
 		if m.opts.MaxSessions > 0 && len(m.sessions) >= m.opts.MaxSessions {
 			return nil, fmt.Errorf("%w: at most %d sessions", ErrLimit, m.opts.MaxSessions)
+		}
+		if n, ok := m.tenantSessions.take(tenant, lim.MaxSessionsPerTenant); !ok {
+			return nil, sessionsLimitError(n)
 		}
 		m.created++
 		s.order = m.created
@@ -487,6 +511,9 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	}
 	m.mu.Lock()
 	delete(m.sessions, id)
+	if m.opts.Shared == nil {
+		m.tenantSessions.put(tenant)
+	}
 	m.mu.Unlock()
 	s.log.close()
 	for _, p := range m.providers {

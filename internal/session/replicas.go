@@ -329,15 +329,18 @@ func (s *Session) setAutoRetryShared(ctx context.Context, enabled bool) error {
 	return nil
 }
 
-// acquireLocked takes the session's lease for a prompt, records the run
-// and brings the working copy up to date with the store: one round trip
-// (Shared.Start) when the session is free.
+// acquireLocked takes the session's lease for a prompt, records the run,
+// counts the prompt among its tenant's and brings the working copy up to
+// date with the store: one round trip (Shared.Start) when the session is
+// free.
 func (s *Session) acquireLocked(ctx context.Context, promptID string, user provider.Message) error {
 	first := &Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: user}
 	res, err := s.tryStart(ctx, Run{PromptID: promptID, Replica: s.m.opts.Shared.ReplicaID()}, first)
 	switch {
 	case err != nil:
 		return unavailable("take the session's lease", err)
+	case res.Limited:
+		return promptsLimitError(res.Prompts)
 	case !res.Found:
 		// Deleted on another replica since this copy was loaded.
 		s.m.forget(s)
@@ -354,7 +357,7 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string, user provi
 			s.m.log.Error("the user message of a prompt that could not start stays in the history", "session", s.id, "err", uerr)
 		}
 		cancel()
-		s.abandonRun()
+		s.abandonRun(promptID)
 		return err
 	}
 	s.entries = res.Record.MessageCount + 1
@@ -372,9 +375,10 @@ func (s *Session) tryStart(ctx context.Context, run Run, first *Entry) (StartRes
 	ttl := s.m.leaseTTL()
 	wait := time.Millisecond
 	deadline := time.Now().Add(2 * time.Second)
+	slot := PromptSlot{Tenant: s.tenant, PromptID: run.PromptID}
 	for {
-		res, err := sh.Start(ctx, s.id, ttl, run, first)
-		if err != nil || res.Started || !res.Found {
+		res, err := sh.Start(ctx, s.id, ttl, run, first, slot, s.m.opts.Limits.MaxConcurrentPromptsPerTenant)
+		if err != nil || res.Started || !res.Found || res.Limited {
 			return res, err
 		}
 		// No run recorded: the run ended between the two calls, a prompt is
@@ -455,9 +459,10 @@ func (s *Session) applyLocked(ctx context.Context, rec Record) error {
 	return nil
 }
 
-// keepLease renews the lease while the run lasts; stop ends it. A lease lost
-// to another replica aborts the run.
-func (s *Session) keepLease() (stop func()) {
+// keepLease renews the lease, and the prompt's slot among its tenant's,
+// while the run lasts; stop ends it. A lease lost to another replica aborts
+// the run.
+func (s *Session) keepLease(promptID string) (stop func()) {
 	sh := s.m.opts.Shared
 	if sh == nil {
 		return func() {}
@@ -476,7 +481,7 @@ func (s *Session) keepLease() (stop func()) {
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
-			ok, err := sh.Renew(ctx, s.id, ttl)
+			ok, err := sh.Renew(ctx, s.id, ttl, s.slot(promptID))
 			cancel()
 			switch {
 			case err != nil && time.Since(renewed) < ttl:
@@ -505,38 +510,44 @@ func (s *Session) keepLease() (stop func()) {
 	return func() { close(quit); <-done }
 }
 
-// finishSharedLocked writes the session back and marks the run as ending,
-// before prompt_end goes out: a replica sent a prompt by a client that saw
-// prompt_end waits for the lease instead of refusing it.
+// finishSharedLocked writes the session back, marks the run as ending and
+// frees the prompt's slot, before prompt_end goes out: a replica sent a
+// prompt by a client that saw prompt_end waits for the lease instead of
+// refusing it, and the tenant's count no longer has this prompt.
 func (s *Session) finishSharedLocked(promptID string) {
 	sh := s.m.opts.Shared
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
-	if err := sh.Finish(ctx, s.id, s.mutableLocked(), Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true}); err != nil {
+	if err := sh.Finish(ctx, s.id, s.mutableLocked(), Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true}, s.slot(promptID)); err != nil {
 		s.m.log.Error("session not saved, or its run not marked as ending", "session", s.id, "err", err)
 	}
 	s.ctxEntries = s.entries
 }
 
-// abandonRun drops the run record and the lease of a prompt that could not
-// start.
-func (s *Session) abandonRun() {
+// slot is the place of the session's prompt among its tenant's.
+func (s *Session) slot(promptID string) PromptSlot {
+	return PromptSlot{Tenant: s.tenant, PromptID: promptID}
+}
+
+// abandonRun drops the run record, the lease and the slot of a prompt that
+// could not start.
+func (s *Session) abandonRun(promptID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
-	if err := s.m.opts.Shared.EndRun(ctx, s.id); err != nil {
+	if err := s.m.opts.Shared.EndRun(ctx, s.id, s.slot(promptID)); err != nil {
 		s.m.log.Warn("run not ended in the store (its lease expires on its own)", "session", s.id, "err", err)
 	}
 }
 
 // releaseAfterFlush stores the run's last events, then ends the run record
-// and drops the lease.
-func (s *Session) releaseAfterFlush() {
+// and drops the lease (and the slot, should Finish have missed it).
+func (s *Session) releaseAfterFlush(promptID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
 	if err := s.m.opts.Shared.Flush(ctx, s.id); err != nil {
 		s.m.log.Warn("events not stored", "session", s.id, "err", err)
 	}
-	if err := s.m.opts.Shared.EndRun(ctx, s.id); err != nil {
+	if err := s.m.opts.Shared.EndRun(ctx, s.id, s.slot(promptID)); err != nil {
 		s.m.log.Warn("run not ended in the store (its lease expires on its own)", "session", s.id, "err", err)
 	}
 }
@@ -836,15 +847,16 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	}
 	run, found, err := sh.LoadRun(ctx, id)
 	if err == nil && (!found || run.Ending) {
-		// It ended meanwhile, or its replica was lost after its prompt_end.
-		return sh.EndRun(ctx, id)
+		// It ended meanwhile, or its replica was lost after its prompt_end
+		// (whose Finish freed the prompt's slot).
+		return sh.EndRun(ctx, id, PromptSlot{})
 	}
 	var rec Record
 	if err == nil {
 		rec, found, err = sh.Load(ctx, id)
 		if err == nil && !found {
 			// Deleted: nothing to end.
-			return sh.EndRun(ctx, id)
+			return sh.EndRun(ctx, id, PromptSlot{})
 		}
 	}
 	if err != nil {
@@ -877,6 +889,12 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		run.Replica = sh.ReplicaID()
 		if err := sh.SaveRun(ctx, id, run); err != nil {
 			m.log.Warn("janitor: run not recorded", "session", id, "err", err)
+		}
+		// The resumed prompt goes on counting among its tenant's, whatever
+		// their number now (a lost replica's slot expired with its lease; a
+		// handed-over one is about to).
+		if err := sh.Occupy(ctx, s.slot(run.PromptID), m.leaseTTL()); err != nil {
+			m.log.Warn("janitor: the resumed prompt not counted among its tenant's", "session", id, "err", err)
 		}
 	} else {
 		res = m.lostPoint(ctx, id, run, rec.LastSeq)

@@ -70,7 +70,8 @@ func (r *replicaT) lose() {
 	r.client.Close()
 }
 
-func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Options, lease time.Duration) *replicaT {
+// newReplica starts a replica; opts adjust its manager's options.
+func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Options, lease time.Duration, opts ...func(*session.Options)) *replicaT {
 	t.Helper()
 	client := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 0))
 	st, err := sessionstore.NewRedis(client, sessionstore.Options{KeyPrefix: "test:", EventBuffer: 512})
@@ -78,7 +79,7 @@ func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Opt
 		t.Fatal(err)
 	}
 	counter := &takeoverCounter{n: map[string]int{}}
-	m := session.NewManager(session.Options{
+	o := session.Options{
 		Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"},
 			Client: simValidator{sim.New(pace)}}},
 		Retry:    settings,
@@ -86,7 +87,11 @@ func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Opt
 		LeaseTTL: lease,
 		Rand:     func() float64 { return 0.5 },
 		Observer: counter,
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	m := session.NewManager(o)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -527,12 +527,15 @@ func TestPromptWhileRetryingIsRefused(t *testing.T) {
 
 func TestThousandSessionsRetryAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		const n = 1000
 		m := session.NewManager(session.Options{
 			Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Client: sim.New(sim.Options{TokenDelay: time.Millisecond})}},
 			Retry:     retry.DefaultSettings(),
+			// n sessions of one tenant prompting at once: more than its
+			// default limit of concurrent prompts.
+			Limits: session.Limits{MaxConcurrentPromptsPerTenant: n},
 		})
 		defer m.Close(context.Background())
-		const n = 1000
 		var wg sync.WaitGroup
 		errs := make(chan error, n)
 		for i := range n {

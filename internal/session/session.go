@@ -290,6 +290,18 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 			s.m.runs.Done()
 		}
 	}()
+	if s.m.opts.Shared == nil {
+		// The prompt counts among its tenant's until its prompt_end (with a
+		// shared store, Start counts it in the store).
+		if err := s.m.takePrompt(s.tenant); err != nil {
+			return "", nil, err
+		}
+		defer func() {
+			if !started {
+				s.m.prompts.put(s.tenant)
+			}
+		}()
+	}
 	promptID := newID("prm_")
 	user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
 	if s.m.opts.Shared != nil {
@@ -306,7 +318,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 	}
 	if err != nil {
 		if s.m.opts.Shared != nil {
-			s.abandonRun()
+			s.abandonRun(promptID)
 		}
 		return "", nil, err
 	}
@@ -364,7 +376,7 @@ func (s *Session) emit(e Event) {
 func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64, promptID string, res *resumePoint) {
 	defer s.m.runs.Done()
 	defer cancel()
-	stopLease := s.keepLease()
+	stopLease := s.keepLease(promptID)
 	started := time.Now()
 	var outcome, errText string
 	switch {
@@ -406,14 +418,18 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	s.retryAttempt = 0
 	shared := s.m.opts.Shared != nil
 	if shared {
+		// Frees the prompt's place among its tenant's too.
 		s.finishSharedLocked(promptID)
+	} else {
+		// Before prompt_end: a client that saw it may start another.
+		s.m.prompts.put(s.tenant)
 	}
 	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText})
 	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
 	if shared {
 		s.ending = true
 		s.mu.Unlock()
-		s.releaseAfterFlush()
+		s.releaseAfterFlush(promptID)
 		s.mu.Lock()
 		s.ending = false
 	}

@@ -24,9 +24,12 @@ type Shared interface {
 	// ReplicaID names this process among the replicas (unique per process).
 	ReplicaID() string
 
-	// Create stores a new session's record and indexes it for its tenant.
-	// It returns the session's order: increasing over every replica.
-	Create(ctx context.Context, r Record) (order uint64, err error)
+	// Create stores a new session's record and indexes it for its tenant,
+	// unless the tenant has max sessions already (max <= 0: no bound): the
+	// count and the index entry are one atomic step, so that the bound holds
+	// however many replicas create sessions at once. A refused session is
+	// not stored (Created false).
+	Create(ctx context.Context, r Record, max int) (CreateResult, error)
 	// Load returns a session's record, with MessageCount (the history's
 	// length) and LastSeq (the newest event's seq) filled in; ok is false
 	// when there is no such session.
@@ -58,15 +61,27 @@ type Shared interface {
 	// index is MessageCount). When the session has no record, or another
 	// replica holds the lease, nothing is taken or written (Found, Started
 	// and Holder say which).
-	Start(ctx context.Context, id string, ttl time.Duration, r Run, first *Entry) (StartResult, error)
+	//
+	// With a slot (Tenant not ""), the prompt also takes its place among
+	// its tenant's running prompts for ttl, unless the tenant has max
+	// running already (max <= 0: no bound); then nothing is taken or
+	// written either (Limited). In the same round trip as the rest: a
+	// refused prompt costs a second one, to take back what it took.
+	Start(ctx context.Context, id string, ttl time.Duration, r Run, first *Entry, slot PromptSlot, max int) (StartResult, error)
 	// Unappend removes the history's last entry when it is at index: the
 	// user message Start appended for a prompt that then could not start.
 	Unappend(ctx context.Context, id string, index int64) error
 	// Finish writes the mutable part of the record (as Save) and the run's
-	// state (as SaveRun, the session staying in the running set) at once.
-	Finish(ctx context.Context, id string, m Mutable, r Run) error
+	// state (as SaveRun, the session staying in the running set) at once,
+	// and frees the prompt's slot (PromptSlot zero: none).
+	Finish(ctx context.Context, id string, m Mutable, r Run, slot PromptSlot) error
 	// Renew extends this replica's lease; false when it no longer holds it.
-	Renew(ctx context.Context, id string, ttl time.Duration) (bool, error)
+	// The prompt's slot (PromptSlot zero: none) is extended with it.
+	Renew(ctx context.Context, id string, ttl time.Duration, slot PromptSlot) (bool, error)
+	// Occupy gives a prompt its place among its tenant's running prompts
+	// for ttl, whatever their number: a prompt taken over from a lost
+	// replica goes on counting.
+	Occupy(ctx context.Context, slot PromptSlot, ttl time.Duration) error
 	// Release drops the lease if this replica holds it.
 	Release(ctx context.Context, id string) error
 	// Holder is the replica holding the lease, "" when none.
@@ -79,9 +94,9 @@ type Shared interface {
 	LoadRun(ctx context.Context, id string) (r Run, ok bool, err error)
 	// EndRun ends the run of the replica holding the session's lease: when
 	// this replica holds it, it drops the run state and the lease in one
-	// step, and removes the session from the set; otherwise it does
-	// nothing.
-	EndRun(ctx context.Context, id string) error
+	// step, and removes the session from the set and the prompt's slot
+	// (PromptSlot zero: none); otherwise it does nothing.
+	EndRun(ctx context.Context, id string, slot PromptSlot) error
 	// Running returns the ids in the set of running sessions.
 	Running(ctx context.Context) ([]string, error)
 
@@ -118,6 +133,28 @@ type StartResult struct {
 	Started bool   // the lease is this replica's and the run is stored
 	Holder  string // the replica holding the lease (when Found)
 	Record  Record // the record, with MessageCount and LastSeq (when Started)
+	// Limited: the session was free but its tenant had Prompts running,
+	// its limit; nothing was taken.
+	Limited bool
+	Prompts int
+}
+
+// CreateResult is what Shared.Create did.
+type CreateResult struct {
+	Created bool
+	Order   uint64 // the session's order, increasing over every replica (when Created)
+	// Sessions is the tenant's sessions: this one included when Created,
+	// at least the limit when not.
+	Sessions int
+}
+
+// PromptSlot is a running prompt's place among its tenant's: the store
+// counts a tenant's running prompts for the limit of concurrent prompts,
+// each slot lasting as long as the prompt's lease (a lost replica's slots
+// expire with its leases). The zero PromptSlot is none.
+type PromptSlot struct {
+	Tenant   string
+	PromptID string
 }
 
 // ErrNoReplica: a control message found no replica to take it.

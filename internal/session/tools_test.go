@@ -314,8 +314,17 @@ func TestAbortWhileWaitingForTools(t *testing.T) {
 
 func TestManySessionsInToolLoops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := toolManager(t, &recorder{Provider: sim.New(sim.Options{TokenDelay: time.Millisecond})})
 		const n = 300
+		// n prompts of one tenant at once: more than its default limit.
+		m := session.NewManager(session.Options{
+			Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated,
+				Client: &recorder{Provider: sim.New(sim.Options{TokenDelay: time.Millisecond})}}},
+			Retry:             retry.DefaultSettings(),
+			Rand:              func() float64 { return 1 },
+			ToolResultTimeout: time.Minute,
+			Limits:            session.Limits{MaxConcurrentPromptsPerTenant: n},
+		})
+		t.Cleanup(func() { m.Close(context.Background()) })
 		var wg sync.WaitGroup
 		errs := make(chan error, n)
 		for i := range n {

@@ -16,13 +16,19 @@
 //	<prefix>sessions:order   STRING  INCR counter: the sessions' Order
 //	<prefix>sessions:running SET     ids of the sessions with a :run key (SaveRun adds, EndRun removes)
 //	<prefix>tenant:<h>:sessions ZSET member = session id, score = Order; h = first 16 hex digits of sha256(tenant)
+//	                                 (its ZCARD is the tenant's sessions: Create counts and adds in one script)
+//	<prefix>tenant:<h>:prompts  ZSET member = prompt id, score = when the prompt's slot expires (unix ms, Redis's
+//	                                 clock): the tenant's running prompts. Start adds (unless the tenant is at its
+//	                                 limit), Renew extends with the lease, Finish and EndRun remove; members past
+//	                                 their score are dropped when counted, so a lost replica's slots expire with
+//	                                 its leases; the key expires with its last slot
 //	<prefix>replica:<replica id>:control  channel  control messages to that replica and replies to its calls:
 //	                                 {"id","from","control"} requests, {"id","reply"} replies
 //
-// Only :lease expires. Events are written by a background writer in
-// pipelined batches (AppendEvent never waits for Redis); each replica holds
-// one pub/sub connection carrying its control channel and the notify
-// channels of the sessions it follows.
+// Only :lease and the tenants' :prompts expire. Events are written by a
+// background writer in pipelined batches (AppendEvent never waits for
+// Redis); each replica holds one pub/sub connection carrying its control
+// channel and the notify channels of the sessions it follows.
 package sessionstore
 
 import (
@@ -255,6 +261,10 @@ func (r *Redis) tenantKey(tenant string) string {
 	h := sha256.Sum256([]byte(tenant))
 	return r.o.KeyPrefix + "tenant:" + hex.EncodeToString(h[:8]) + ":sessions"
 }
+func (r *Redis) promptsKey(tenant string) string {
+	h := sha256.Sum256([]byte(tenant))
+	return r.o.KeyPrefix + "tenant:" + hex.EncodeToString(h[:8]) + ":prompts"
+}
 
 // op bounds ctx by Options.Timeout.
 func (r *Redis) op(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -329,6 +339,52 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 `)
+	// KEYS[1] the tenant's sessions, ARGV[1] session id, [2] order, [3]
+	// max (0: no bound) → {1, sessions} when the session is added, {0,
+	// sessions} when the tenant has max already (nothing changes).
+	tenantAddScript = redis.NewScript(`
+local n = redis.call('ZCARD', KEYS[1])
+local max = tonumber(ARGV[3])
+if max > 0 and n >= max then
+  return {0, n}
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return {1, n + 1}
+`)
+	// KEYS[1] the tenant's prompts, ARGV[1] prompt id, [2] ttl ms, [3] max
+	// (0: no bound) → {1, prompts} with the prompt's slot taken (or
+	// extended) until now + ttl, {0, prompts} when the tenant has max
+	// running already (nothing changes). Slots past their time are dropped
+	// first; the key expires with its last slot. Redis's clock (TIME) times
+	// the slots, not the replicas' (scripts replicate by their effects).
+	slotScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+local max = tonumber(ARGV[3])
+if max > 0 and n >= max and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return {0, n}
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return {1, redis.call('ZCARD', KEYS[1])}
+`)
+	// KEYS[1] lease, [2] run, [3] history; ARGV[1] replica, [2] the
+	// history's length before the entry Start appended ("": none) → 1 when
+	// the replica held the lease and the run, the lease and the entry are
+	// gone: a Start taken back.
+	unstartScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[2], KEYS[1])
+if ARGV[2] ~= '' and redis.call('LLEN', KEYS[3]) == tonumber(ARGV[2]) + 1 then
+  redis.call('RPOP', KEYS[3])
+end
+return 1
+`)
 	// KEYS[1] meta, ARGV[1] mutable JSON → 1 when written, 0 when the
 	// session does not exist (a Save racing a Remove must not leave a
 	// record-less meta behind).
@@ -343,31 +399,74 @@ return 0
 
 // Records.
 
-// Create implements session.Shared: INCR the order counter, then the
-// record and the tenant index entry.
-func (r *Redis) Create(ctx context.Context, rec session.Record) (uint64, error) {
+// Create implements session.Shared: INCR the order counter, then, in one
+// pipeline, the record and a script on the tenant index that counts the
+// tenant's sessions and adds this one unless that makes more than max (two
+// round trips). The index is on another hash slot than the record: a refused
+// session's record is deleted again (a third round trip, for refusals
+// only), as is what a failed pipeline may have left.
+func (r *Redis) Create(ctx context.Context, rec session.Record, limit int) (session.CreateResult, error) {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	n, err := r.c.Incr(ctx, r.orderKey()).Result()
 	if err != nil {
-		return 0, wrap("create "+rec.ID, err)
+		return session.CreateResult{}, wrap("create "+rec.ID, err)
 	}
 	rec.Order = uint64(n)
 	recJSON, err := json.Marshal(rec)
 	if err != nil {
-		return 0, fmt.Errorf("sessionstore: create %s: %w", rec.ID, err)
+		return session.CreateResult{}, fmt.Errorf("sessionstore: create %s: %w", rec.ID, err)
 	}
 	mutJSON, err := json.Marshal(rec.Mutable)
 	if err != nil {
-		return 0, fmt.Errorf("sessionstore: create %s: %w", rec.ID, err)
+		return session.CreateResult{}, fmt.Errorf("sessionstore: create %s: %w", rec.ID, err)
 	}
-	pipe := r.c.Pipeline()
-	pipe.HSet(ctx, r.key(rec.ID, "meta"), "record", recJSON, "mutable", mutJSON)
-	pipe.ZAdd(ctx, r.tenantKey(rec.Tenant), redis.Z{Score: float64(rec.Order), Member: rec.ID})
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, wrap("create "+rec.ID, err)
+	var add *scriptCall
+	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		pipe.HSet(ctx, r.key(rec.ID, "meta"), "record", recJSON, "mutable", mutJSON)
+		add = run(tenantAddScript, []string{r.tenantKey(rec.Tenant)}, rec.ID, rec.Order, max(limit, 0))
+	})
+	var added, count int64
+	if err == nil {
+		added, count, err = pair(add.cmd)
 	}
-	return rec.Order, nil
+	if err != nil || added != 1 {
+		// Nothing of a session refused or not created stays behind.
+		uctx, ucancel := r.op(context.WithoutCancel(ctx))
+		defer ucancel()
+		pipe := r.c.Pipeline()
+		pipe.Del(uctx, r.key(rec.ID, "meta"))
+		if err != nil {
+			pipe.ZRem(uctx, r.tenantKey(rec.Tenant), rec.ID)
+		}
+		if _, uerr := pipe.Exec(uctx); uerr != nil {
+			r.log.Warn("session store: a session not created left its record behind", "session", rec.ID, "err", uerr)
+		}
+	}
+	if err != nil {
+		return session.CreateResult{}, wrap("create "+rec.ID, err)
+	}
+	if added != 1 {
+		return session.CreateResult{Sessions: int(count)}, nil
+	}
+	return session.CreateResult{Created: true, Order: rec.Order, Sessions: int(count)}, nil
+}
+
+// pair reads a script's {int, int} reply.
+func pair(cmd *redis.Cmd) (int64, int64, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	a, ok1 := res[0].(int64)
+	b, ok2 := res[1].(int64)
+	if !ok1 || !ok2 {
+		return 0, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	return a, b, nil
 }
 
 // loadCmds are the commands reading one record.
@@ -656,11 +755,18 @@ func (r *Redis) Acquire(ctx context.Context, id string, ttl time.Duration) (bool
 
 // Start implements session.Shared: one script on the session's slot takes
 // the lease, stores the run, reads the record and appends the prompt's
-// first entry, pipelined with the
-// running set's SADD (another slot). When the script changed nothing (no
-// record, or another holder), that SADD leaves an id the janitor's sweep
-// drops (no holder, no run) or the holder's EndRun removes.
-func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run session.Run, first *session.Entry) (session.StartResult, error) {
+// first entry, pipelined with the running set's SADD (another slot) and,
+// with a prompt slot, the script taking the prompt's place among its
+// tenant's (slotScript, on the tenant's hash slot): one round trip. When the script
+// changed nothing (no record, or another holder), that SADD leaves an id
+// the janitor's sweep drops (no holder, no run) or the holder's EndRun
+// removes.
+//
+// The two scripts are on two hash slots and cannot wait for each other: when
+// only one succeeds, a second round trip takes it back (unstartScript and
+// the SREM when the tenant was at its limit, the slot's ZREM when the
+// session was held or gone).
+func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run session.Run, first *session.Entry, slot session.PromptSlot, limit int) (session.StartResult, error) {
 	data, err := json.Marshal(run)
 	if err != nil {
 		return session.StartResult{}, fmt.Errorf("sessionstore: start %s: %w", id, err)
@@ -676,40 +782,110 @@ func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run ses
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	keys := []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "meta"), r.key(id, "history"), r.key(id, "events")}
-	var script *redis.Cmd
-	err = r.pipeScript(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
-		script = run(ctx, pipe, keys, r.id, ttlMs(ttl), data, entry)
-		pipe.SAdd(ctx, r.runningKey(), id)
-	}, startScript)
-	if err != nil {
-		return session.StartResult{}, wrap("start "+id, err)
-	}
-	res, err := script.Slice()
-	if err != nil {
-		return session.StartResult{}, wrap("start "+id, err)
-	}
-	bad := fmt.Errorf("sessionstore: start %s: unexpected reply %v", id, res)
-	if len(res) == 0 {
-		return session.StartResult{}, bad
-	}
-	switch status, _ := res[0].(int64); {
-	case status == -1:
-		return session.StartResult{}, nil
-	case status == 0 && len(res) == 2:
-		holder, _ := res[1].(string)
-		return session.StartResult{Found: true, Holder: holder}, nil
-	case status == 1 && len(res) == 5:
-		raw, _ := res[1].(string)
-		mutable, _ := res[2].(string)
-		count, _ := res[3].(int64)
-		lastID, _ := res[4].(string)
-		rec, err := decodeRecord(id, raw, mutable, count, lastID)
-		if err != nil {
-			return session.StartResult{}, wrap("start "+id, err)
+	var script, slotted *scriptCall
+	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		if slot.Tenant != "" {
+			slotted = run(slotScript, []string{r.promptsKey(slot.Tenant)}, slot.PromptID, ttlMs(ttl), max(limit, 0))
 		}
-		return session.StartResult{Found: true, Started: true, Holder: r.id, Record: rec}, nil
+		script = run(startScript, keys, r.id, ttlMs(ttl), data, entry)
+		pipe.SAdd(ctx, r.runningKey(), id)
+	})
+	// The slot: taken, refused (prompts is the tenant's count then), or
+	// none asked for.
+	slotTaken, prompts := slotted == nil, int64(0)
+	if slotted != nil {
+		if taken, n, serr := pair(slotted.cmd); serr == nil {
+			slotTaken, prompts = taken == 1, n
+		} else if err == nil {
+			err = serr
+		}
 	}
-	return session.StartResult{}, bad
+	res, err := r.startResult(id, script.cmd, err)
+	// Half a start is taken back: the session when the tenant is at its
+	// limit (or the call failed), the slot when the session is held
+	// elsewhere or gone (or the call failed).
+	undoStart := res.Started && (err != nil || !slotTaken)
+	undoSlot := slotted != nil && slotTaken && (err != nil || !res.Started)
+	if undoStart || undoSlot {
+		uctx, ucancel := r.op(context.WithoutCancel(ctx))
+		defer ucancel()
+		if undoStart {
+			if uerr := r.unstart(uctx, id, res.Record.MessageCount, first != nil); uerr != nil {
+				return session.StartResult{}, wrap("start "+id+" (taking it back)", uerr)
+			}
+		}
+		if undoSlot {
+			if uerr := r.c.ZRem(uctx, r.promptsKey(slot.Tenant), slot.PromptID).Err(); uerr != nil {
+				// It expires with ttl.
+				r.log.Warn("session store: the slot of a prompt that did not start stays until it expires", "session", id, "err", uerr)
+			}
+		}
+	}
+	switch {
+	case err != nil:
+		return session.StartResult{}, err
+	case undoStart:
+		return session.StartResult{Found: true, Limited: true, Prompts: int(prompts)}, nil
+	}
+	return res, nil
+}
+
+// startResult decodes startScript's reply; err is the pipeline's.
+func (r *Redis) startResult(id string, cmd *redis.Cmd, err error) (session.StartResult, error) {
+	reply, cerr := cmd.Slice()
+	if status, _ := firstInt(reply); cerr == nil && status == 1 && len(reply) == 5 {
+		// Started, whatever else failed: Start takes it back then.
+		raw, _ := reply[1].(string)
+		mutable, _ := reply[2].(string)
+		count, _ := reply[3].(int64)
+		lastID, _ := reply[4].(string)
+		rec, derr := decodeRecord(id, raw, mutable, count, lastID)
+		rec.MessageCount = int(count)
+		res := session.StartResult{Found: true, Started: true, Holder: r.id, Record: rec}
+		if derr != nil {
+			return res, wrap("start "+id, derr)
+		}
+		if err != nil {
+			return res, wrap("start "+id, err)
+		}
+		return res, nil
+	}
+	if err != nil {
+		return session.StartResult{}, wrap("start "+id, err)
+	}
+	if cerr != nil {
+		return session.StartResult{}, wrap("start "+id, cerr)
+	}
+	switch status, _ := firstInt(reply); {
+	case status == -1 && len(reply) == 1:
+		return session.StartResult{}, nil
+	case status == 0 && len(reply) == 2:
+		holder, _ := reply[1].(string)
+		return session.StartResult{Found: true, Holder: holder}, nil
+	}
+	return session.StartResult{}, fmt.Errorf("sessionstore: start %s: unexpected reply %v", id, reply)
+}
+
+func firstInt(reply []any) (int64, bool) {
+	if len(reply) == 0 {
+		return 0, false
+	}
+	n, ok := reply[0].(int64)
+	return n, ok
+}
+
+// unstart takes back a Start whose prompt was refused its slot: the
+// session's lease, run, running set entry and first entry (at index count,
+// when appended), in one round trip.
+func (r *Redis) unstart(ctx context.Context, id string, count int, appended bool) error {
+	index := ""
+	if appended {
+		index = strconv.Itoa(count)
+	}
+	return r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		run(unstartScript, []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "history")}, r.id, index)
+		pipe.SRem(ctx, r.runningKey(), id)
+	})
 }
 
 // isNoScript reports a NOSCRIPT reply: EVALSHA of a script the server does
@@ -718,15 +894,40 @@ func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
-// Renew implements session.Shared (compare and PEXPIRE).
-func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+// Renew implements session.Shared (compare and PEXPIRE), pipelined with
+// the prompt slot's extension (slotScript, on the tenant's hash slot): one
+// round trip. The prompt slot
+// is extended even when the lease turns out lost: the replica that took the
+// prompt over holds the same slot (the prompt's id), and a slot left over
+// expires.
+func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration, slot session.PromptSlot) (bool, error) {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	n, err := renewScript.Run(ctx, r.c, []string{r.key(id, "lease")}, r.id, ttlMs(ttl)).Int64()
+	var renew *scriptCall
+	err := r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		renew = run(renewScript, []string{r.key(id, "lease")}, r.id, ttlMs(ttl))
+		if slot.Tenant != "" {
+			run(slotScript, []string{r.promptsKey(slot.Tenant)}, slot.PromptID, ttlMs(ttl), 0)
+		}
+	})
+	if err != nil {
+		return false, wrap("renew "+id, err)
+	}
+	n, err := renew.cmd.Int64()
 	if err != nil {
 		return false, wrap("renew "+id, err)
 	}
 	return n == 1, nil
+}
+
+// Occupy implements session.Shared (slotScript without a bound).
+func (r *Redis) Occupy(ctx context.Context, slot session.PromptSlot, ttl time.Duration) error {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
+	if err := slotScript.Run(ctx, r.c, []string{r.promptsKey(slot.Tenant)}, slot.PromptID, ttlMs(ttl), 0).Err(); err != nil {
+		return wrap("occupy a slot of "+slot.PromptID, err)
+	}
+	return nil
 }
 
 // Release implements session.Shared (compare and DEL).
@@ -783,9 +984,10 @@ func (r *Redis) Unappend(ctx context.Context, id string, index int64) error {
 	return nil
 }
 
-// Finish implements session.Shared: Save and the run's SET in one
-// pipeline (one slot; the id is in the running set since Start).
-func (r *Redis) Finish(ctx context.Context, id string, m session.Mutable, run session.Run) error {
+// Finish implements session.Shared: Save and the run's SET (one slot; the
+// id is in the running set since Start) and the prompt slot's ZREM (on the
+// tenant's hash slot) in one pipeline.
+func (r *Redis) Finish(ctx context.Context, id string, m session.Mutable, run session.Run, slot session.PromptSlot) error {
 	mdata, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("sessionstore: finish %s: %w", id, err)
@@ -796,32 +998,70 @@ func (r *Redis) Finish(ctx context.Context, id string, m session.Mutable, run se
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	err = r.pipeScript(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
-		run(ctx, pipe, []string{r.key(id, "meta")}, mdata)
+	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		run(saveScript, []string{r.key(id, "meta")}, mdata)
 		pipe.Set(ctx, r.key(id, "run"), rdata, 0)
-	}, saveScript)
+		if slot.Tenant != "" {
+			pipe.ZRem(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
+		}
+	})
 	if err != nil {
 		return wrap("finish "+id, err)
 	}
 	return nil
 }
 
-// scriptRunner queues a script's run on a pipeline: its EvalSha or Eval.
-type scriptRunner func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+// scriptCall is a script's run queued on a pipeline; cmd holds its reply
+// once the pipeline ran.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
 
-// pipeScript runs, in one pipeline, the commands queue queues with script
-// run by its SHA; when the server does not have it (NOSCRIPT: a restart, a
-// failover) it runs them again with the script's text, as Script.Run does.
-func (r *Redis) pipeScript(ctx context.Context, queue func(pipe redis.Pipeliner, run scriptRunner), script *redis.Script) error {
+// scriptRunner queues a script's run on the pipeline.
+type scriptRunner func(script *redis.Script, keys []string, args ...any) *scriptCall
+
+// pipeScripts runs, in one pipeline, the commands queue queues, its scripts
+// by their SHA (EVALSHA). The scripts the server does not have (NOSCRIPT: a
+// restart, a failover) run again with their text, as Script.Run does, in a
+// second pipeline: only they, so that nothing runs twice. It returns the
+// first error of a command, as Exec does.
+func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner, run scriptRunner)) error {
 	pipe := r.c.Pipeline()
-	queue(pipe, script.EvalSha)
-	_, err := pipe.Exec(ctx)
-	if isNoScript(err) {
-		pipe = r.c.Pipeline()
-		queue(pipe, script.Eval)
-		_, err = pipe.Exec(ctx)
+	var calls []*scriptCall
+	queue(pipe, func(script *redis.Script, keys []string, args ...any) *scriptCall {
+		c := &scriptCall{script: script, keys: keys, args: args, cmd: script.EvalSha(ctx, pipe, keys, args...)}
+		calls = append(calls, c)
+		return c
+	})
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return nil
 	}
-	return err
+	var redo []*scriptCall
+	for _, c := range calls {
+		if isNoScript(c.cmd.Err()) {
+			redo = append(redo, c)
+		}
+	}
+	if len(redo) == 0 {
+		return err
+	}
+	pipe = r.c.Pipeline()
+	for _, c := range redo {
+		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return err
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !isNoScript(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // LoadRun implements session.Shared.
@@ -844,8 +1084,9 @@ func (r *Redis) LoadRun(ctx context.Context, id string) (session.Run, bool, erro
 
 // EndRun implements session.Shared: when this replica holds the lease, one
 // script drops the run state and the lease (one slot), then the session
-// leaves the running set; otherwise nothing changes.
-func (r *Redis) EndRun(ctx context.Context, id string) error {
+// leaves the running set and the prompt its slot (one pipeline); otherwise
+// nothing changes (a replica that took the prompt over holds the slot).
+func (r *Redis) EndRun(ctx context.Context, id string, slot session.PromptSlot) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	n, err := endRunScript.Run(ctx, r.c, []string{r.key(id, "lease"), r.key(id, "run")}, r.id).Int64()
@@ -856,8 +1097,13 @@ func (r *Redis) EndRun(ctx context.Context, id string) error {
 		return nil
 	}
 	// Should this fail, the janitor's sweep finds the id without a holder
-	// nor a run and ends it again.
-	if err := r.c.SRem(ctx, r.runningKey(), id).Err(); err != nil {
+	// nor a run and ends it again, and the slot expires.
+	pipe := r.c.Pipeline()
+	pipe.SRem(ctx, r.runningKey(), id)
+	if slot.Tenant != "" {
+		pipe.ZRem(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return wrap("end run of "+id, err)
 	}
 	return nil

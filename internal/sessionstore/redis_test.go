@@ -154,9 +154,10 @@ func TestRecords(t *testing.T) {
 			tenant, list = "other", &other
 		}
 		rec := record(fmt.Sprintf("s%d", i), tenant)
-		order, err := s.Create(ctx, rec)
+		res, err := s.Create(ctx, rec, 0)
 		must(t, err)
-		if order <= last {
+		order := res.Order
+		if !res.Created || order <= last {
 			t.Fatalf("Create %s: order %d after %d", rec.ID, order, last)
 		}
 		last = order
@@ -382,14 +383,14 @@ func TestLease(t *testing.T) {
 	}
 
 	// Only the holder renews or releases.
-	if ok, err := loser.Renew(ctx, "L", time.Minute); ok || err != nil {
+	if ok, err := loser.Renew(ctx, "L", time.Minute, session.PromptSlot{}); ok || err != nil {
 		t.Fatalf("loser Renew = %v, %v", ok, err)
 	}
 	must(t, loser.Release(ctx, "L"))
 	if h, _ := a.Holder(ctx, "L"); h != holder.ReplicaID() {
 		t.Fatalf("after the loser's Release, holder = %q", h)
 	}
-	if ok, err := holder.Renew(ctx, "L", time.Minute); !ok || err != nil {
+	if ok, err := holder.Renew(ctx, "L", time.Minute, session.PromptSlot{}); !ok || err != nil {
 		t.Fatalf("holder Renew = %v, %v", ok, err)
 	}
 	if pttl := c.PTTL(ctx, "t:{L}:lease").Val(); pttl <= 10*time.Second || pttl > time.Minute {
@@ -399,7 +400,7 @@ func TestLease(t *testing.T) {
 	if h, err := a.Holder(ctx, "L"); h != "" || err != nil {
 		t.Fatalf("after Release, Holder = %q, %v", h, err)
 	}
-	if ok, err := holder.Renew(ctx, "L", time.Minute); ok || err != nil {
+	if ok, err := holder.Renew(ctx, "L", time.Minute, session.PromptSlot{}); ok || err != nil {
 		t.Fatalf("Renew of a released lease = %v, %v", ok, err)
 	}
 
@@ -415,7 +416,7 @@ func TestLease(t *testing.T) {
 		must(t, err)
 		return ok
 	})
-	if ok, err := a.Renew(ctx, "T", time.Minute); ok || err != nil {
+	if ok, err := a.Renew(ctx, "T", time.Minute, session.PromptSlot{}); ok || err != nil {
 		t.Fatalf("Renew of an expired lease = %v, %v", ok, err)
 	}
 	if ok, h, err := b.Acquire(ctx, "T", time.Minute); ok || h != b.ReplicaID() || err != nil {
@@ -447,14 +448,14 @@ func TestRuns(t *testing.T) {
 	}
 
 	// Only the lease's holder ends a run; the run and the lease go together.
-	must(t, o.EndRun(ctx, "r1"))
+	must(t, o.EndRun(ctx, "r1", session.PromptSlot{}))
 	if _, ok, err := s.LoadRun(ctx, "r1"); !ok || err != nil {
 		t.Fatalf("LoadRun after another replica's EndRun = %v, %v", ok, err)
 	}
 	if h, _ := s.Holder(ctx, "r1"); h != s.ReplicaID() {
 		t.Fatalf("holder after another replica's EndRun = %q", h)
 	}
-	must(t, s.EndRun(ctx, "r1"))
+	must(t, s.EndRun(ctx, "r1", session.PromptSlot{}))
 	if _, ok, err := s.LoadRun(ctx, "r1"); ok || err != nil {
 		t.Fatalf("LoadRun after EndRun = %v, %v", ok, err)
 	}
@@ -464,7 +465,7 @@ func TestRuns(t *testing.T) {
 	if ids, err := s.Running(ctx); err != nil || !slices.Equal(ids, []string{"r2"}) {
 		t.Fatalf("Running = %v, %v", ids, err)
 	}
-	must(t, s.EndRun(ctx, "r1")) // nothing left: harmless
+	must(t, s.EndRun(ctx, "r1", session.PromptSlot{})) // nothing left: harmless
 }
 
 func event(seq uint64) session.Event {
@@ -653,7 +654,7 @@ func TestFollow(t *testing.T) {
 	b := newStore(t, c, Options{})
 	b.Serve(okHandler)
 	ctx := testCtx(t)
-	_, err := a.Create(ctx, record("f1", "acme"))
+	_, err := a.Create(ctx, record("f1", "acme"), 0)
 	must(t, err)
 
 	// barrier returns once b's listener has handled every message
@@ -849,14 +850,14 @@ func TestRedisDown(t *testing.T) {
 	b := newStore(t, c, Options{Timeout: timeout})
 	b.Serve(okHandler)
 	ctx := testCtx(t)
-	_, err := a.Create(ctx, record("d1", "acme"))
+	_, err := a.Create(ctx, record("d1", "acme"), 0)
 	must(t, err)
 	sig, stop := follow(b, "d1")
 	defer stop()
 
 	srv.Kill()
 	ops := map[string]func() error{
-		"Create": func() error { _, err := a.Create(ctx, record("d2", "acme")); return err },
+		"Create": func() error { _, err := a.Create(ctx, record("d2", "acme"), 0); return err },
 		"Load":   func() error { _, _, err := a.Load(ctx, "d1"); return err },
 		"List": func() error {
 			_, err := a.ListRecords(ctx, "acme", 0, 10)
@@ -867,7 +868,7 @@ func TestRedisDown(t *testing.T) {
 		"History": func() error { _, _, err := a.List(ctx, "d1", 0, 10); return err },
 		"Strip":   func() error { return a.Strip(ctx, "d1", 1) },
 		"Acquire": func() error { _, _, err := a.Acquire(ctx, "d1", time.Second); return err },
-		"Renew":   func() error { _, err := a.Renew(ctx, "d1", time.Second); return err },
+		"Renew":   func() error { _, err := a.Renew(ctx, "d1", time.Second, session.PromptSlot{}); return err },
 		"Holder":  func() error { _, err := a.Holder(ctx, "d1"); return err },
 		"SaveRun": func() error { return a.SaveRun(ctx, "d1", session.Run{}) },
 		"Running": func() error { _, err := a.Running(ctx); return err },
@@ -953,7 +954,7 @@ func TestStartAndFinish(t *testing.T) {
 	b := newStore(t, c, Options{})
 	ctx := testCtx(t)
 
-	if res, err := a.Start(ctx, "ses_none", time.Minute, session.Run{PromptID: "p0", Replica: a.ReplicaID()}, &session.Entry{PromptID: "p0"}); err != nil || !reflect.DeepEqual(res, session.StartResult{}) {
+	if res, err := a.Start(ctx, "ses_none", time.Minute, session.Run{PromptID: "p0", Replica: a.ReplicaID()}, &session.Entry{PromptID: "p0"}, session.PromptSlot{}, 0); err != nil || !reflect.DeepEqual(res, session.StartResult{}) {
 		t.Fatalf("Start of a missing session = %+v, %v", res, err)
 	}
 	if h, _ := a.Holder(ctx, "ses_none"); h != "" {
@@ -967,7 +968,7 @@ func TestStartAndFinish(t *testing.T) {
 	}
 
 	rec := record("ses_s", "t1")
-	_, err := a.Create(ctx, rec)
+	_, err := a.Create(ctx, rec, 0)
 	must(t, err)
 	for i := range 3 {
 		_, err := a.Append(ctx, "ses_s", session.Entry{Time: created, Message: provider.Message{Role: provider.RoleUser,
@@ -986,7 +987,7 @@ func TestStartAndFinish(t *testing.T) {
 	run := session.Run{PromptID: "p1", Replica: a.ReplicaID()}
 	first := session.Entry{Time: created, PromptID: "p1", Message: provider.Message{Role: provider.RoleUser,
 		Content: []provider.Block{{Type: provider.BlockText, Text: "the prompt"}}}}
-	res, err := a.Start(ctx, "ses_s", time.Minute, run, &first)
+	res, err := a.Start(ctx, "ses_s", time.Minute, run, &first, session.PromptSlot{}, 0)
 	if err != nil || !res.Found || !res.Started || res.Holder != a.ReplicaID() || !reflect.DeepEqual(res.Record, want) {
 		t.Fatalf("Start = %+v, %v; want the record %+v", res, err, want)
 	}
@@ -1020,7 +1021,7 @@ func TestStartAndFinish(t *testing.T) {
 	}
 
 	// Held by a: b's Start names a and changes nothing.
-	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, &first)
+	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, &first, session.PromptSlot{}, 0)
 	if err != nil || !res.Found || res.Started || res.Holder != a.ReplicaID() {
 		t.Fatalf("Start while held = %+v, %v", res, err)
 	}
@@ -1037,15 +1038,15 @@ func TestStartAndFinish(t *testing.T) {
 	m.Model = "q/m2"
 	m.Fallback = &session.FallbackState{Role: "coder", Original: "p/m1"}
 	ending := session.Run{PromptID: "p1", Replica: a.ReplicaID(), Ending: true}
-	must(t, a.Finish(ctx, "ses_s", m, ending))
+	must(t, a.Finish(ctx, "ses_s", m, ending, session.PromptSlot{}))
 	if got, _, _ := b.Load(ctx, "ses_s"); !reflect.DeepEqual(got.Mutable, m) {
 		t.Fatalf("mutable after Finish = %+v", got.Mutable)
 	}
 	if got, _, _ := b.LoadRun(ctx, "ses_s"); got != ending {
 		t.Fatalf("run after Finish = %+v", got)
 	}
-	must(t, a.EndRun(ctx, "ses_s"))
-	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, nil)
+	must(t, a.EndRun(ctx, "ses_s", session.PromptSlot{}))
+	res, err = b.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, nil, session.PromptSlot{}, 0)
 	if err != nil || !res.Started || res.Record.Model != "q/m2" || res.Record.MessageCount != 4 {
 		t.Fatalf("Start after EndRun = %+v, %v", res, err)
 	}

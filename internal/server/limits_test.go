@@ -1,0 +1,144 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+)
+
+// wantCode checks a gRPC error's code and its whole message.
+func wantCode(t *testing.T, what string, err error, code codes.Code, msg string) {
+	t.Helper()
+	if st, _ := status.FromError(err); st.Code() != code || st.Message() != msg {
+		t.Fatalf("%s: %v; want %v %q", what, err, code, msg)
+	}
+}
+
+// The limits section over gRPC and REST: a tenant at
+// limits.max_sessions_per_tenant or max_concurrent_prompts_per_tenant gets
+// RESOURCE_EXHAUSTED (REST 429) naming the limit, a session asking for too
+// many tools, too big a system prompt or retry overrides beyond the caps
+// gets INVALID_ARGUMENT (REST 400) naming the field and the limit; nothing
+// changes; the other tenant is not concerned.
+func TestLimitsOverGRPCAndREST(t *testing.T) {
+	ts := start(t, webAuth+"limits: {max_sessions_per_tenant: 2, max_concurrent_prompts_per_tenant: 1, max_tools: 2, max_system_prompt_bytes: 64}\n")
+	ctx := testCtx(t)
+	asA := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+webTokenA)
+	asB := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+webTokenB)
+	create := func(ctx context.Context, req *agentdv1.CreateSessionRequest) (*agentdv1.Session, error) {
+		req.Model = "sim/echo"
+		return ts.agent.CreateSession(ctx, req)
+	}
+	count := func(ctx context.Context) int {
+		t.Helper()
+		res, err := ts.agent.ListSessions(ctx, &agentdv1.ListSessionsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.GetSessions())
+	}
+
+	// Sessions per tenant.
+	s1 := must(create(asA, &agentdv1.CreateSessionRequest{}))
+	s2 := must(create(asA, &agentdv1.CreateSessionRequest{}))
+	const sessionsMsg = "limits.max_sessions_per_tenant: tenant has 2 sessions, the limit; delete one before creating another"
+	_, err := create(asA, &agentdv1.CreateSessionRequest{})
+	wantCode(t, "CreateSession at the limit", err, codes.ResourceExhausted, sessionsMsg)
+	wantStatus(t, webReq(t, ctx, "POST", ts.baseURL+"/v1/sessions", `{"model":"sim/echo"}`, webTokenA, nil),
+		http.StatusTooManyRequests, codes.ResourceExhausted, sessionsMsg)
+	if n := count(asA); n != 2 {
+		t.Fatalf("team-a has %d sessions", n)
+	}
+	other := must(create(asB, &agentdv1.CreateSessionRequest{}))
+
+	// Tools, system prompt, retry overrides: refused whatever the count.
+	hammer := int32(2147483647)
+	zero, low := int64(0), int64(99)
+	for _, tc := range []struct {
+		name string
+		req  *agentdv1.CreateSessionRequest
+		msg  string
+	}{
+		{"tools", &agentdv1.CreateSessionRequest{Tools: []*agentdv1.Tool{{Name: "a"}, {Name: "b"}, {Name: "c"}}},
+			"tools: has 3 tools, more than limits.max_tools (2)"},
+		{"system prompt", &agentdv1.CreateSessionRequest{SystemPrompt: strings.Repeat("x", 65)},
+			"system_prompt: is 65 bytes, more than limits.max_system_prompt_bytes (64)"},
+		{"base delay", &agentdv1.CreateSessionRequest{Retry: &agentdv1.RetrySettings{BaseDelayMs: &low}},
+			"retry.base_delay_ms: 99 is below limits.min_base_delay_ms (100)"},
+		{"max retries", &agentdv1.CreateSessionRequest{Retry: &agentdv1.RetrySettings{MaxRetries: &hammer}},
+			"retry.max_retries: 2147483647 is above limits.max_retries_cap (20)"},
+		{"the hammer", &agentdv1.CreateSessionRequest{Retry: &agentdv1.RetrySettings{MaxRetries: &hammer, BaseDelayMs: &zero}},
+			"retry.base_delay_ms: 0 is below limits.min_base_delay_ms (100)"},
+	} {
+		_, err := create(asB, tc.req)
+		wantCode(t, tc.name, err, codes.InvalidArgument, tc.msg)
+	}
+	for body, msg := range map[string]string{
+		`{"model":"sim/echo","retry":{"maxRetries":2147483647,"baseDelayMs":0}}`: "retry.base_delay_ms: 0 is below limits.min_base_delay_ms (100)",
+		`{"model":"sim/echo","tools":[{"name":"a"},{"name":"b"},{"name":"c"}]}`:  "tools: has 3 tools, more than limits.max_tools (2)",
+	} {
+		wantStatus(t, webReq(t, ctx, "POST", ts.baseURL+"/v1/sessions", body, webTokenB, nil),
+			http.StatusBadRequest, codes.InvalidArgument, msg)
+	}
+	if n := count(asB); n != 1 {
+		t.Fatalf("refused requests left team-b with %d sessions", n)
+	}
+
+	// Concurrent prompts per tenant.
+	running, err := ts.agent.Prompt(asA, &agentdv1.PromptRequest{SessionId: s1.GetId(), Text: "hang [[faults: hang]]"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := running.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	const promptsMsg = "limits.max_concurrent_prompts_per_tenant: tenant has 1 prompts running, the limit; wait for one's prompt_end"
+	wantCode(t, "Prompt at the limit", promptErr(asA, ts, s2.GetId(), "refused"), codes.ResourceExhausted, promptsMsg)
+	for _, accept := range []string{"application/json", "text/event-stream"} {
+		wantStatus(t, webReq(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+s2.GetId()+":prompt", `{"text":"refused"}`, webTokenA,
+			http.Header{"Accept": {accept}}), http.StatusTooManyRequests, codes.ResourceExhausted, promptsMsg)
+	}
+	got, err := ts.agent.GetSession(asA, &agentdv1.GetSessionRequest{SessionId: s2.GetId()})
+	if err != nil || got.GetStatus() != "idle" || got.GetMessageCount() != 0 || got.GetLastSeq() != 0 {
+		t.Fatalf("the refused session = %v, %v", got, err)
+	}
+	msgs, err := ts.agent.ListMessages(asA, &agentdv1.ListMessagesRequest{SessionId: s2.GetId()})
+	if err != nil || len(msgs.GetMessages()) != 0 {
+		t.Fatalf("history of the refused session = %v, %v", msgs, err)
+	}
+	// team-b prompts meanwhile.
+	if evs := collect(t, must(ts.agent.Prompt(asB, &agentdv1.PromptRequest{SessionId: other.GetId(), Text: "mine"}))); len(evs) == 0 ||
+		evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
+		t.Fatalf("team-b's prompt: %v", types(evs))
+	}
+	// The slot frees with the prompt's end.
+	if _, err := ts.agent.Abort(asA, &agentdv1.AbortRequest{SessionId: s1.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := running.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if evs := collect(t, must(ts.agent.Prompt(asA, &agentdv1.PromptRequest{SessionId: s2.GetId(), Text: "now"}))); len(evs) == 0 ||
+		evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
+		t.Fatalf("prompt after the abort: %v", types(evs))
+	}
+	// A deleted session frees its place.
+	if _, err := ts.agent.DeleteSession(asA, &agentdv1.DeleteSessionRequest{SessionId: s1.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(asA, &agentdv1.CreateSessionRequest{}); err != nil {
+		t.Fatalf("CreateSession after a delete: %v", err)
+	}
+}
