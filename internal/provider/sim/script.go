@@ -159,6 +159,10 @@ func ParseScript(text string) (Script, error) {
 // trimmed.
 func parse(text string) (Script, string, error) {
 	var s Script
+	if !strings.Contains(text, "[[") {
+		// No directive: the regexps would scan a long prompt for nothing.
+		return s, strings.TrimSpace(text), nil
+	}
 	var seenFaults, seenTokens, seenTools bool
 	for _, m := range directiveRe.FindAllStringSubmatch(text, -1) {
 		name := strings.ToLower(m[1])
