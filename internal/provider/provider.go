@@ -64,14 +64,43 @@ const (
 )
 
 // Block is one piece of a message's content.
+//
+// Reasoning state. A thinking block (and a redacted_thinking block) carries,
+// besides the text shown to people, the opaque state its provider needs to
+// accept it back: Signature and Data (Anthropic), ReasoningID,
+// EncryptedContent and Summary (an OpenAI Responses reasoning item). It is
+// stored exactly as the provider sent it and sent back, unchanged and in its
+// place, only to the kind that issued it; see reasoning.go for stripping it
+// (StripReasoning, StripForeignReasoning) and for provenance (Origin).
 type Block struct {
 	Type string `json:"type"`
+	// Text is a text block's text, a thinking block's thinking text (for an
+	// OpenAI reasoning item, what streamed of its summary or reasoning text,
+	// summary parts separated by a blank line) and a tool result's content.
 	Text string `json:"text,omitempty"`
+	// Signature is an Anthropic thinking block's signature. A thinking block
+	// with a signature is sent back to Anthropic (its text may be empty: a
+	// signature-only block); one without is display only.
+	Signature string `json:"signature,omitempty"`
+	// Data is a redacted_thinking block's opaque data (Anthropic). Histories
+	// written before Data existed hold it in Text, which is still read.
+	Data string `json:"data,omitempty"`
+	// ReasoningID, EncryptedContent and Summary are an OpenAI Responses
+	// reasoning item's id, encrypted_content and summary parts (the
+	// summary_text texts, in order). A thinking block with both an id and
+	// encrypted content is sent back to the Responses API as a reasoning
+	// input item.
+	ReasoningID      string   `json:"reasoningId,omitempty"`
+	EncryptedContent string   `json:"encryptedContent,omitempty"`
+	Summary          []string `json:"summary,omitempty"`
 	// Tool calls and tool results.
 	ToolCallID string          `json:"toolCallId,omitempty"`
 	ToolName   string          `json:"toolName,omitempty"`
 	ToolInput  json.RawMessage `json:"toolInput,omitempty"`
 	IsError    bool            `json:"isError,omitempty"`
+	// Origin is where an assistant block came from. Providers leave it
+	// empty and never send it; the session fills it (Message.SetOrigin).
+	Origin Origin `json:"origin,omitzero"`
 }
 
 // Message is one entry of a conversation.
@@ -103,8 +132,12 @@ func (m *Message) HasObservableOutput() bool {
 		switch b.Type {
 		case BlockToolCall:
 			return true
-		case BlockText, BlockThinking, BlockRedactedThinking:
+		case BlockText, BlockThinking:
 			if b.Text != "" {
+				return true
+			}
+		case BlockRedactedThinking:
+			if b.Text != "" || b.Data != "" {
 				return true
 			}
 		}
@@ -154,6 +187,10 @@ type Request struct {
 	Tools     []Tool
 	// Credential to call with; empty for providers that need none.
 	Credential Credential
+	// Params are the model parameters of the call (zero: the provider's
+	// defaults). Check them with ValidateParams before a session accepts
+	// them: a provider maps what it is given without checking.
+	Params Params
 	// Call is the 0-based index of this model call within its prompt
 	// (retries and tool-loop turns included). Scripted providers use it to
 	// play a fault script attempt by attempt.

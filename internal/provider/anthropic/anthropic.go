@@ -45,7 +45,9 @@ type Options struct {
 	// replaced: redirects are never followed). Nil: a client with a
 	// transport of its own.
 	HTTPClient *http.Client
-	// MaxTokens is the max_tokens of every request; 0: DefaultMaxTokens.
+	// MaxTokens is the max_tokens of every request that does not set
+	// Params.MaxTokens, and the room for the answer added to a thinking
+	// budget that would not fit below max_tokens; 0: DefaultMaxTokens.
 	MaxTokens int
 	// Version is the anthropic-version header; empty: DefaultVersion.
 	Version string
@@ -137,17 +139,19 @@ type event struct {
 	} `json:"message"`
 	Index        int `json:"index"`
 	ContentBlock struct {
-		Type     string `json:"type"`
-		Text     string `json:"text"`
-		Thinking string `json:"thinking"`
-		Data     string `json:"data"`
-		ID       string `json:"id"`
-		Name     string `json:"name"`
+		Type      string `json:"type"`
+		Text      string `json:"text"`
+		Thinking  string `json:"thinking"`
+		Signature string `json:"signature"`
+		Data      string `json:"data"`
+		ID        string `json:"id"`
+		Name      string `json:"name"`
 	} `json:"content_block"`
 	Delta struct {
 		Type        string       `json:"type"`
 		Text        string       `json:"text"`
 		Thinking    string       `json:"thinking"`
+		Signature   string       `json:"signature"`
 		PartialJSON string       `json:"partial_json"`
 		StopReason  string       `json:"stop_reason"`
 		StopDetails *stopDetails `json:"stop_details"`
@@ -180,7 +184,9 @@ func (s *stream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
 		case "text":
 			a.AddText(key, cb.Text)
 		case "thinking":
+			a.StartThinking(key)
 			a.AddThinking(key, cb.Thinking)
+			a.AddSignature(key, cb.Signature)
 		case "redacted_thinking":
 			a.AddRedactedThinking(key, cb.Data)
 		case "tool_use":
@@ -192,6 +198,8 @@ func (s *stream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
 			a.AddText(key, e.Delta.Text)
 		case "thinking_delta":
 			a.AddThinking(key, e.Delta.Thinking)
+		case "signature_delta":
+			a.AddSignature(key, e.Delta.Signature)
 		case "input_json_delta":
 			a.AddToolArgs(key, e.Delta.PartialJSON)
 		}

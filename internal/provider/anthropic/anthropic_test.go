@@ -164,7 +164,8 @@ func TestThinkingAndToolCalls(t *testing.T) {
 		t.Errorf("tool deltas = %q, want %q", tools, want)
 	}
 	wantContent := []provider.Block{
-		{Type: provider.BlockThinking, Text: "Let me check."},
+		{Type: provider.BlockThinking, Text: "Let me check.",
+			Signature: providertest.AnthropicSignature(providertest.DefaultAccount, "claude-sonnet-4-5", "Let me check.")},
 		{Type: provider.BlockText, Text: "Checking both."},
 		{Type: provider.BlockToolCall, ToolCallID: "toolu_1", ToolName: "get_weather", ToolInput: json.RawMessage(`{"city":"Paris"}`)},
 		{Type: provider.BlockToolCall, ToolCallID: "toolu_2", ToolName: "get_time", ToolInput: json.RawMessage(`{}`)},

@@ -11,9 +11,10 @@
 // AuthHeader "Authorization", for gateways and OAuth tokens) and nowhere
 // else; anthropic-version is 2023-06-01 unless Options.Version says
 // otherwise; Options.Headers adds headers (anthropic-beta, a gateway's).
-// Every request asks for max_tokens = Options.MaxTokens, 8192 by default:
-// enough for long answers and tool calls on every current model, and a
-// bound on the cost of a runaway answer. Options.Timeout bounds a whole
+// Every request asks for max_tokens = Options.MaxTokens, 8192 by default
+// (unless the request's Params say otherwise): enough for long answers and
+// tool calls on every current model, and a bound on the cost of a runaway
+// answer. Options.Timeout bounds a whole
 // call, Options.ReadTimeout the provider's silence (from sending the
 // request on).
 //
@@ -26,13 +27,40 @@
 // and tool_use blocks; an assistant message that ended in error or was
 // aborted without content is skipped, and so is a message left without
 // content; consecutive same-role turns are merged so that roles alternate.
-// Thinking blocks are not sent back: Anthropic accepts them only with their
-// signature, which provider.Block cannot hold.
+//
+// Model parameters ([provider.Params]): max_tokens (Params.MaxTokens, else
+// Options.MaxTokens), temperature, top_p, stop_sequences, and thinking
+// {"type": "enabled", "budget_tokens": N} where N is Thinking.BudgetTokens
+// or the effort's budget (low 1024, medium 4096 — the default —, high 16384;
+// [provider.EffortBudget]). The API wants budget_tokens below max_tokens:
+// when it is not, max_tokens becomes the budget plus Options.MaxTokens, so
+// the answer keeps its configured room ([provider.ValidateParams] refuses
+// such a budget beside an explicit max_tokens, and temperature or top_p the
+// API refuses while thinking is on).
+//
+// # Reasoning state
+//
+// Thinking blocks come back with their signature (signature_delta, just
+// before content_block_stop; a block may have a signature and no text) in
+// Block.Signature, redacted_thinking blocks with their opaque data in
+// Block.Data, byte for byte. A later request sends them back as they came —
+// {"type": "thinking", "thinking": …, "signature": …} (the thinking text
+// even when empty) and {"type": "redacted_thinking", "data": …} — in their
+// place in the assistant turn. Thinking without a signature (another
+// kind's, or a failed call's) is display only and not sent, and with
+// thinking off a final assistant turn (a prefill) is sent without its
+// thinking blocks, which the API refuses there. Anthropic binds
+// signatures to the model and account that made them: a replay to another
+// refuses the request ("messages.N.content.M: Invalid `signature` in
+// `thinking` block"), and with thinking on the final assistant message of
+// an open tool loop must start with a thinking block; retry classifies both
+// as stale reasoning, and the session strips (or turns thinking off) before
+// it retries (see package provider's reasoning.go).
 //
 // # Results
 //
 // Deltas are delivered as they arrive: text_delta as Delta.Text,
-// thinking_delta as Delta.Thinking, a tool_use block's id and name at
+// thinking_delta as Delta.Thinking (signatures are not delivered), a tool_use block's id and name at
 // content_block_start and its input_json_delta pieces as ToolArgsPart.
 // Stop reasons: end_turn, stop_sequence and pause_turn → stop; max_tokens
 // and model_context_window_exceeded → length; tool_use → toolUse; refusal →
@@ -58,7 +86,9 @@
 //
 // A failure after observable output carries StopDetails
 // STREAM_INTERRUPTED_AFTER_CONTENT; the content keeps what streamed, minus
-// tool calls whose input never completed. A cancelled context ends the call
+// tool calls whose input never completed and minus reasoning state (a
+// failed or aborted call's thinking keeps its text, never its signature,
+// and its redacted blocks are dropped: it is never replayed). A cancelled context ends the call
 // with StopReason "aborted" and [provider.AbortedMessage], keeping the
 // partial content. Error texts are redacted of the key and of anything
 // key-shaped a provider echoes.

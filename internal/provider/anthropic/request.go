@@ -9,12 +9,23 @@ import (
 
 // messagesRequest is the body of POST /v1/messages.
 type messagesRequest struct {
-	Model     string        `json:"model"`
-	MaxTokens int           `json:"max_tokens"`
-	System    string        `json:"system,omitempty"`
-	Messages  []wireMessage `json:"messages"`
-	Tools     []wireTool    `json:"tools,omitempty"`
-	Stream    bool          `json:"stream"`
+	Model         string        `json:"model"`
+	MaxTokens     int           `json:"max_tokens"`
+	System        string        `json:"system,omitempty"`
+	Messages      []wireMessage `json:"messages"`
+	Tools         []wireTool    `json:"tools,omitempty"`
+	Temperature   *float64      `json:"temperature,omitempty"`
+	TopP          *float64      `json:"top_p,omitempty"`
+	StopSequences []string      `json:"stop_sequences,omitempty"`
+	Thinking      *wireThinking `json:"thinking,omitempty"`
+	Stream        bool          `json:"stream"`
+}
+
+// wireThinking is the request's thinking: {"type": "enabled",
+// "budget_tokens": N}.
+type wireThinking struct {
+	Type         string `json:"type"`
+	BudgetTokens int    `json:"budget_tokens"`
 }
 
 type wireMessage struct {
@@ -25,8 +36,10 @@ type wireMessage struct {
 type wireBlock struct {
 	Type      string          `json:"type"`
 	Text      string          `json:"text,omitempty"`
-	Data      string          `json:"data,omitempty"` // redacted_thinking
-	ID        string          `json:"id,omitempty"`   // tool_use
+	Thinking  *string         `json:"thinking,omitempty"`  // thinking: always sent, even empty
+	Signature *string         `json:"signature,omitempty"` // thinking
+	Data      string          `json:"data,omitempty"`      // redacted_thinking
+	ID        string          `json:"id,omitempty"`        // tool_use
 	Name      string          `json:"name,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	ToolUseID string          `json:"tool_use_id,omitempty"` // tool_result
@@ -47,13 +60,36 @@ var (
 	objectSchema = json.RawMessage(`{"type":"object"}`)
 )
 
+// requestBody maps a request. Params: max_tokens is Params.MaxTokens, else
+// Options.MaxTokens; temperature, top_p and stop_sequences as given;
+// Params.Thinking is {"type": "enabled", "budget_tokens": Budget()} (effort
+// low 1024, medium 4096, high 16384). The API wants budget_tokens below
+// max_tokens: when it is not, max_tokens becomes the budget plus
+// Options.MaxTokens, the configured room for the answer (ValidateParams
+// refuses such a budget with an explicit max_tokens).
 func (c *Client) requestBody(req *provider.Request) messagesRequest {
+	p := req.Params
 	body := messagesRequest{
-		Model:     req.Model,
-		MaxTokens: c.opts.MaxTokens,
-		System:    req.System,
-		Messages:  messages(req.Messages),
-		Stream:    true,
+		Model:         req.Model,
+		MaxTokens:     c.opts.MaxTokens,
+		System:        req.System,
+		Messages:      messages(req.Messages),
+		Temperature:   p.Temperature,
+		TopP:          p.TopP,
+		StopSequences: p.StopSequences,
+		Stream:        true,
+	}
+	if p.MaxTokens > 0 {
+		body.MaxTokens = p.MaxTokens
+	}
+	if th := p.Thinking; th != nil {
+		budget := th.Budget()
+		body.Thinking = &wireThinking{Type: "enabled", BudgetTokens: budget}
+		if body.MaxTokens <= budget {
+			body.MaxTokens = budget + c.opts.MaxTokens
+		}
+	} else {
+		body.Messages = withoutFinalThinking(body.Messages)
 	}
 	for _, t := range req.Tools {
 		schema := t.InputSchema
@@ -71,11 +107,13 @@ func (c *Client) requestBody(req *provider.Request) messagesRequest {
 //     blocks), assistant messages assistant turns; other roles are skipped;
 //   - an assistant message that ended in error or was aborted and has no
 //     content is skipped, and so is any message left without content;
-//   - empty text blocks are dropped (the API rejects them), and so are
-//     thinking blocks: provider.Block has no room for the signature the API
-//     requires to accept them back, and previous turns' thinking may be
-//     omitted; redacted_thinking blocks are sent back (their Text is the
-//     opaque data);
+//   - empty text blocks are dropped (the API rejects them); thinking blocks
+//     with a signature are sent back as they came, thinking text and
+//     signature (a signature-only block with its empty text), and
+//     redacted_thinking blocks with their data (Data, or Text in histories
+//     written before Data), in their place among the turn's blocks; thinking
+//     without a signature (another kind's, or cut by a failure) is display
+//     only and dropped;
 //   - consecutive turns of the same role are merged into one, so that roles
 //     alternate as the API requires, with tool_result blocks first in a
 //     merged user turn (the API wants them right after the tool_use turn).
@@ -115,6 +153,28 @@ func messages(msgs []provider.Message) []wireMessage {
 	return out
 }
 
+// withoutFinalThinking drops the thinking blocks of a final assistant turn
+// (a prefill), which the API refuses while thinking is off ("When thinking
+// is disabled, an `assistant` message in the final position cannot contain
+// `thinking`"); earlier turns keep theirs, which the API accepts.
+func withoutFinalThinking(msgs []wireMessage) []wireMessage {
+	n := len(msgs)
+	if n == 0 || msgs[n-1].Role != "assistant" {
+		return msgs
+	}
+	var kept []wireBlock
+	for _, b := range msgs[n-1].Content {
+		if b.Type != "thinking" && b.Type != "redacted_thinking" {
+			kept = append(kept, b)
+		}
+	}
+	if len(kept) == 0 {
+		return msgs[:n-1]
+	}
+	msgs[n-1].Content = kept
+	return msgs
+}
+
 func rank(b wireBlock) int {
 	if b.Type == "tool_result" {
 		return 0
@@ -132,9 +192,18 @@ func wireBlocks(role string, content []provider.Block) []wireBlock {
 			if b.Text != "" {
 				out = append(out, wireBlock{Type: "text", Text: b.Text})
 			}
+		case provider.BlockThinking:
+			if role == "assistant" && b.Signature != "" {
+				text, sig := b.Text, b.Signature
+				out = append(out, wireBlock{Type: "thinking", Thinking: &text, Signature: &sig})
+			}
 		case provider.BlockRedactedThinking:
-			if role == "assistant" && b.Text != "" {
-				out = append(out, wireBlock{Type: "redacted_thinking", Data: b.Text})
+			data := b.Data
+			if data == "" {
+				data = b.Text
+			}
+			if role == "assistant" && data != "" {
+				out = append(out, wireBlock{Type: "redacted_thinking", Data: data})
 			}
 		case provider.BlockToolCall:
 			if role == "assistant" {

@@ -14,11 +14,16 @@ import (
 
 // chatRequest is the body of POST /chat/completions.
 type chatRequest struct {
-	Model         string         `json:"model"`
-	Messages      []chatMessage  `json:"messages"`
-	Tools         []chatTool     `json:"tools,omitempty"`
-	Stream        bool           `json:"stream"`
-	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+	Model               string         `json:"model"`
+	Messages            []chatMessage  `json:"messages"`
+	Tools               []chatTool     `json:"tools,omitempty"`
+	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	Temperature         *float64       `json:"temperature,omitempty"`
+	TopP                *float64       `json:"top_p,omitempty"`
+	Stop                []string       `json:"stop,omitempty"`
+	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
 }
 
 type streamOptions struct {
@@ -84,8 +89,15 @@ func skipped(m provider.Message) bool {
 // before it); each tool result of a tool message its own tool message; an
 // assistant message's text and tool calls (thinking is not sent back).
 // Skipped messages (see skipped) and messages left empty are dropped.
+// Params: max_completion_tokens, temperature, top_p, stop and
+// reasoning_effort (Params.Thinking's effort).
 func chatBody(req *provider.Request, noStreamOptions bool) chatRequest {
-	body := chatRequest{Model: req.Model, Messages: []chatMessage{}, Stream: true}
+	p := req.Params
+	body := chatRequest{Model: req.Model, Messages: []chatMessage{}, Stream: true,
+		MaxCompletionTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Stop: p.StopSequences}
+	if p.Thinking != nil {
+		body.ReasoningEffort = p.Thinking.Level()
+	}
 	if !noStreamOptions {
 		body.StreamOptions = &streamOptions{IncludeUsage: true}
 	}

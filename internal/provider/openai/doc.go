@@ -25,7 +25,31 @@
 // function tools with strict false; Chat: a system message, then user,
 // assistant (text and tool_calls) and tool messages, with
 // stream_options.include_usage. Assistant messages that ended in error or
-// were aborted without content are skipped; thinking is not sent back.
+// were aborted without content are skipped; Chat sends no thinking back.
+//
+// Model parameters ([provider.Params]): Responses max_output_tokens,
+// temperature, top_p and reasoning {"effort": Thinking's effort (medium by
+// default), "summary": "auto"} — the Responses API has no stop sequences
+// and no token budget, which [provider.ValidateParams] refuses; Chat
+// max_completion_tokens, temperature, top_p, stop and reasoning_effort.
+//
+// # Reasoning state (Responses)
+//
+// A reasoning output item (response.output_item.done of type "reasoning")
+// becomes a thinking block with its id (Block.ReasoningID), its summary
+// parts (Block.Summary; the text shows them separated by a blank line, as
+// the deltas do) and, when asked for, its encrypted_content. With
+// Options.EncryptedReasoning every call sends store: false and include:
+// ["reasoning.encrypted_content"], and a later call sends the item back as
+// a reasoning input item {"type": "reasoning", "id", "summary":
+// [{"type": "summary_text", "text"}…], "encrypted_content"}, byte for byte
+// and in its place before the items that followed it; a reasoning item
+// without encrypted content (store: false kept nothing) or that nothing
+// follows is not sent. OpenAI binds encrypted content to the organisation
+// that made it: another's is refused (code invalid_encrypted_content),
+// which retry classifies as stale reasoning. EncryptedReasoning is the
+// stateless alternative to ChainResponses and turns it off. A failed or
+// aborted call keeps no reasoning state.
 //
 // # Chaining (Responses)
 //

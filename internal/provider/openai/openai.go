@@ -59,6 +59,14 @@ type Options struct {
 	// the messages the previous response does not cover. Off: every call
 	// sends the whole context with store: false.
 	ChainResponses bool
+	// EncryptedReasoning (Responses API only) keeps reasoning without
+	// server-side state: every call sends store: false and include:
+	// ["reasoning.encrypted_content"], reasoning items come back with their
+	// encrypted content, which the client stores in the message's thinking
+	// blocks and sends back as reasoning input items. The alternative to
+	// ChainResponses, which it turns off. Leave it off for models without
+	// reasoning, which may refuse the include.
+	EncryptedReasoning bool
 	// ChatNoStreamOptions (Chat API only) leaves out stream_options
 	// ({"include_usage": true}), for servers that reject it (Azure OpenAI
 	// before api-version 2024-09-01-preview, some compatible servers); the
@@ -101,7 +109,7 @@ func New(opts Options) *Client {
 	switch api {
 	case APIResponses:
 		c.url = endpoint(opts.BaseURL, "/responses")
-		if opts.ChainResponses {
+		if opts.ChainResponses && !opts.EncryptedReasoning {
 			c.chain = newChainCache(opts.ChainCacheSize)
 		}
 	case APIChat:

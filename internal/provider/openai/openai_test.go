@@ -172,8 +172,12 @@ func TestThinkingAndToolCalls(t *testing.T) {
 			if strings.Join(tools, "|") != strings.Join(want, "|") {
 				t.Errorf("tool deltas = %q, want %q", tools, want)
 			}
+			thinking := provider.Block{Type: provider.BlockThinking, Text: "Let me check."}
+			if api == APIResponses { // a reasoning item, without encrypted content unless asked for
+				thinking.ReasoningID, thinking.Summary = "rs_test0000", []string{"Let me check."}
+			}
 			wantContent := []provider.Block{
-				{Type: provider.BlockThinking, Text: "Let me check."},
+				thinking,
 				{Type: provider.BlockText, Text: "Checking."},
 				{Type: provider.BlockToolCall, ToolCallID: "call_1", ToolName: "get_weather", ToolInput: json.RawMessage(`{"city":"Paris"}`)},
 				{Type: provider.BlockToolCall, ToolCallID: "call_2", ToolName: "get_time", ToolInput: json.RawMessage(`{}`)},

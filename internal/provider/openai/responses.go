@@ -20,22 +20,48 @@ type responsesRequest struct {
 	Instructions       string          `json:"instructions,omitempty"`
 	Input              []inputItem     `json:"input"`
 	Tools              []responsesTool `json:"tools,omitempty"`
+	MaxOutputTokens    int             `json:"max_output_tokens,omitempty"`
+	Temperature        *float64        `json:"temperature,omitempty"`
+	TopP               *float64        `json:"top_p,omitempty"`
+	Reasoning          *reasoningParam `json:"reasoning,omitempty"`
+	Include            []string        `json:"include,omitempty"`
 	PreviousResponseID string          `json:"previous_response_id,omitempty"`
 	Store              bool            `json:"store"`
 	Stream             bool            `json:"stream"`
 }
 
+// reasoningParam is the request's reasoning: {"effort", "summary"}.
+type reasoningParam struct {
+	Effort  string `json:"effort"`
+	Summary string `json:"summary"`
+}
+
+// includeEncryptedReasoning asks for reasoning items' encrypted_content.
+const includeEncryptedReasoning = "reasoning.encrypted_content"
+
 // inputItem is one item of a Responses input: a message
-// ({"type":"message","role","content"}), a function_call or a
+// ({"type":"message","role","content"}), a reasoning item ({"type":
+// "reasoning","id","summary","encrypted_content"}), a function_call or a
 // function_call_output.
 type inputItem struct {
-	Type      string  `json:"type"`
+	Type string `json:"type"`
+	// Reasoning items.
+	ID               string         `json:"id,omitempty"`
+	Summary          *[]summaryPart `json:"summary,omitempty"` // always sent with a reasoning item
+	EncryptedContent string         `json:"encrypted_content,omitempty"`
+
 	Role      string  `json:"role,omitempty"`
 	Content   string  `json:"content,omitempty"`
 	CallID    string  `json:"call_id,omitempty"`
 	Name      string  `json:"name,omitempty"`
 	Arguments string  `json:"arguments,omitempty"`
 	Output    *string `json:"output,omitempty"`
+}
+
+// summaryPart is one part of a reasoning item's summary.
+type summaryPart struct {
+	Type string `json:"type"` // "summary_text"
+	Text string `json:"text"`
 }
 
 type responsesTool struct {
@@ -48,41 +74,69 @@ type responsesTool struct {
 
 // items maps one message onto Responses input items: a user message's tool
 // results (function_call_output) and then its text; a tool message's tool
-// results; an assistant message's text and then its tool calls
-// (function_call). Thinking is not sent back (reasoning items need the
-// provider's ids or encrypted content). Skipped messages give no item.
+// results; an assistant message's blocks in their order, consecutive text
+// as one message item, tool calls as function_call items, and reasoning
+// blocks that carry an id and encrypted content as reasoning items (id,
+// summary parts, encrypted_content, byte for byte as they came). Other
+// thinking is not sent back: without encrypted content a reasoning item
+// would name state that store: false did not keep. A reasoning item that
+// nothing follows in its message is dropped (the API refuses a reasoning
+// item without the item it preceded). Skipped messages give no item.
 func items(m provider.Message) []inputItem {
 	if skipped(m) {
 		return nil
 	}
+	if m.Role == provider.RoleAssistant {
+		return assistantItems(m)
+	}
 	var out []inputItem
 	var text strings.Builder
-	var calls []inputItem
+	for _, b := range m.Content {
+		switch b.Type {
+		case provider.BlockText:
+			text.WriteString(b.Text)
+		case provider.BlockToolResult:
+			output := b.Text
+			out = append(out, inputItem{Type: "function_call_output", CallID: b.ToolCallID, Output: &output})
+		}
+	}
+	if m.Role == provider.RoleUser && text.Len() > 0 {
+		out = append(out, inputItem{Type: "message", Role: "user", Content: text.String()})
+	}
+	return out
+}
+
+func assistantItems(m provider.Message) []inputItem {
+	var out []inputItem
+	var text strings.Builder
+	flush := func() {
+		if text.Len() > 0 {
+			out = append(out, inputItem{Type: "message", Role: "assistant", Content: text.String()})
+			text.Reset()
+		}
+	}
 	for _, b := range m.Content {
 		switch b.Type {
 		case provider.BlockText:
 			text.WriteString(b.Text)
 		case provider.BlockToolCall:
-			if m.Role == provider.RoleAssistant {
-				calls = append(calls, inputItem{Type: "function_call", CallID: b.ToolCallID, Name: b.ToolName, Arguments: toolArguments(b)})
+			flush()
+			out = append(out, inputItem{Type: "function_call", CallID: b.ToolCallID, Name: b.ToolName, Arguments: toolArguments(b)})
+		case provider.BlockThinking:
+			if b.ReasoningID == "" || b.EncryptedContent == "" {
+				continue
 			}
-		case provider.BlockToolResult:
-			if m.Role != provider.RoleAssistant {
-				output := b.Text
-				out = append(out, inputItem{Type: "function_call_output", CallID: b.ToolCallID, Output: &output})
+			flush()
+			parts := make([]summaryPart, len(b.Summary))
+			for i, s := range b.Summary {
+				parts[i] = summaryPart{Type: "summary_text", Text: s}
 			}
+			out = append(out, inputItem{Type: "reasoning", ID: b.ReasoningID, Summary: &parts, EncryptedContent: b.EncryptedContent})
 		}
 	}
-	switch m.Role {
-	case provider.RoleUser:
-		if text.Len() > 0 {
-			out = append(out, inputItem{Type: "message", Role: "user", Content: text.String()})
-		}
-	case provider.RoleAssistant:
-		if text.Len() > 0 {
-			out = append(out, inputItem{Type: "message", Role: "assistant", Content: text.String()})
-		}
-		out = append(out, calls...)
+	flush()
+	for len(out) > 0 && out[len(out)-1].Type == "reasoning" {
+		out = out[:len(out)-1]
 	}
 	return out
 }
@@ -106,9 +160,17 @@ func (c *Client) streamResponses(ctx context.Context, req *provider.Request, a *
 	for i, m := range req.Messages {
 		perMessage[i] = items(m)
 	}
+	p := req.Params
 	body := responsesRequest{
 		Model: req.Model, Instructions: req.System, Input: []inputItem{},
+		MaxOutputTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP,
 		Store: c.chain != nil, Stream: true,
+	}
+	if p.Thinking != nil {
+		body.Reasoning = &reasoningParam{Effort: p.Thinking.Level(), Summary: "auto"}
+	}
+	if c.opts.EncryptedReasoning {
+		body.Include = []string{includeEncryptedReasoning}
 	}
 	for _, t := range req.Tools {
 		body.Tools = append(body.Tools, responsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: toolSchema(t)})
@@ -207,6 +269,9 @@ type responsesEvent struct {
 		CallID    string  `json:"call_id"`
 		Name      string  `json:"name"`
 		Arguments *string `json:"arguments"`
+		// Reasoning items.
+		EncryptedContent string        `json:"encrypted_content"`
+		Summary          []summaryPart `json:"summary"`
 	} `json:"item"`
 	// The error event, flat ({code, message, param}) or nested ({error: …}).
 	Code    json.RawMessage   `json:"code"`
@@ -245,6 +310,17 @@ func (s *responsesStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result,
 	_ = json.Unmarshal(e.Delta, &delta)
 	switch e.Type {
 	case "response.output_item.added", "response.output_item.done":
+		if it := e.Item; it != nil && it.Type == "reasoning" {
+			key = itemKey(it.ID, e.OutputIndex)
+			a.StartThinking(key)
+			if e.Type == "response.output_item.done" {
+				var summary []string
+				for _, p := range it.Summary {
+					summary = append(summary, p.Text)
+				}
+				a.SetReasoning(key, it.ID, it.EncryptedContent, summary)
+			}
+		}
 		if it := e.Item; it != nil && it.Type == "function_call" {
 			key = itemKey(it.ID, e.OutputIndex)
 			if !a.HasTool(key) {
@@ -263,10 +339,14 @@ func (s *responsesStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result,
 		a.AddText(key+"/text/"+strconv.Itoa(e.ContentIndex), delta)
 	case "response.refusal.delta":
 		s.refusal.WriteString(delta)
-	case "response.reasoning_summary_text.delta":
-		a.AddThinking(key+"/summary/"+strconv.Itoa(e.SummaryIndex), delta)
-	case "response.reasoning_text.delta":
-		a.AddThinking(key+"/reasoning/"+strconv.Itoa(e.ContentIndex), delta)
+	case "response.reasoning_summary_part.added":
+		// One block per reasoning item; its summary parts are separated by
+		// a blank line, delivered as thinking too.
+		if e.SummaryIndex > 0 {
+			a.AddThinking(key, wire.ReasoningPartSeparator)
+		}
+	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta":
+		a.AddThinking(key, delta)
 	case "response.function_call_arguments.delta":
 		a.AddToolArgs(key, delta)
 	case "response.function_call_arguments.done":

@@ -45,6 +45,25 @@
 // frames until a channel is closed, so that a test can see deltas arrive
 // before the stream ends.
 //
+// # Reasoning state
+//
+// The fake keeps the providers' rules for reasoning state (reasoning.go).
+// Anthropic thinking blocks are signed for the account of the request's key
+// ([Options].Accounts; unmapped keys belong to [DefaultAccount]), the model
+// and the thinking text ([AnthropicSignature]); a request whose history
+// holds a thinking block with a missing, altered or foreign signature gets
+// Anthropic's 400 ([AnthropicInvalidSignature]), and with thinking enabled
+// a final assistant tool-use message that does not start with thinking
+// gets the 400 of [AnthropicThinkingOrderFormat]. Responses reasoning items
+// carry encrypted_content bound to the key's organisation when the request
+// includes "reasoning.encrypted_content" ([OpenAIEncryptedContent]);
+// another organisation's or altered content gets OpenAI's 400
+// invalid_encrypted_content ([OpenAIInvalidEncryptedContent]), a reasoning
+// item without it under store: false the 404 of [OpenAIItemNotFound].
+// [Answer].Redacted and EmptyThinking stream redacted_thinking and
+// signature-only blocks (an empty reasoning summary);
+// Options.NoReasoningChecks turns the checks off.
+//
 // # Recording
 //
 // Every request is recorded ([Handler.Requests], [Handler.WaitRequests]):

@@ -29,6 +29,11 @@ type streamInfo struct {
 	store              bool
 	// Chat: stream_options.include_usage.
 	includeUsage bool
+	// account is the account (organisation) of the request's key: reasoning
+	// state is bound to it.
+	account string
+	// encrypted: the Responses request includes reasoning.encrypted_content.
+	encrypted bool
 }
 
 func (si streamInfo) id(prefix string) string { return fmt.Sprintf("%s_test%04d", prefix, si.index) }
@@ -110,12 +115,17 @@ func anthropicPlan(si streamInfo, a *Answer) plan {
 		})))
 		index++
 	}
-	if len(a.Thinking) > 0 {
+	for _, data := range a.Redacted {
+		block(obj{{"type", "redacted_thinking"}, {"data", data}}, nil)
+	}
+	if len(a.Thinking) > 0 || a.EmptyThinking {
 		var ds []obj
 		for _, t := range a.Thinking {
 			ds = append(ds, obj{{"type", "thinking_delta"}, {"thinking", t}})
 		}
-		ds = append(ds, obj{{"type", "signature_delta"}, {"signature", "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}})
+		// The signature arrives last, just before content_block_stop.
+		sig := AnthropicSignature(si.account, si.model, strings.Join(a.Thinking, ""))
+		ds = append(ds, obj{{"type", "signature_delta"}, {"signature", sig}})
 		block(obj{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, ds)
 	}
 	if len(a.Text) > 0 {
@@ -229,19 +239,26 @@ func responsesPlan(si streamInfo, a *Answer) plan {
 
 	var output arr
 	oi := 0
-	if len(a.Thinking) > 0 {
+	if len(a.Thinking) > 0 || a.EmptyThinking {
 		itemID := fmt.Sprintf("rs_test%04d", si.index)
 		full := strings.Join(a.Thinking, "")
 		ev("response.output_item.added", kv{"output_index", oi}, kv{"item", obj{{"id", itemID}, {"type", "reasoning"}, {"summary", arr{}}}})
-		ev("response.reasoning_summary_part.added", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0},
-			kv{"part", obj{{"type", "summary_text"}, {"text", ""}}})
-		for _, t := range a.Thinking {
-			ev("response.reasoning_summary_text.delta", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0}, kv{"delta", t})
+		summary := arr{}
+		if len(a.Thinking) > 0 {
+			ev("response.reasoning_summary_part.added", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0},
+				kv{"part", obj{{"type", "summary_text"}, {"text", ""}}})
+			for _, t := range a.Thinking {
+				ev("response.reasoning_summary_text.delta", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0}, kv{"delta", t})
+			}
+			ev("response.reasoning_summary_text.done", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0}, kv{"text", full})
+			ev("response.reasoning_summary_part.done", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0},
+				kv{"part", obj{{"type", "summary_text"}, {"text", full}}})
+			summary = arr{obj{{"type", "summary_text"}, {"text", full}}}
 		}
-		ev("response.reasoning_summary_text.done", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0}, kv{"text", full})
-		ev("response.reasoning_summary_part.done", kv{"item_id", itemID}, kv{"output_index", oi}, kv{"summary_index", 0},
-			kv{"part", obj{{"type", "summary_text"}, {"text", full}}})
-		item := obj{{"id", itemID}, {"type", "reasoning"}, {"summary", arr{obj{{"type", "summary_text"}, {"text", full}}}}}
+		item := obj{{"id", itemID}, {"type", "reasoning"}, {"summary", summary}}
+		if si.encrypted {
+			item = append(item, kv{"encrypted_content", OpenAIEncryptedContent(si.account, itemID)})
+		}
 		ev("response.output_item.done", kv{"output_index", oi}, kv{"item", item})
 		output = append(output, item)
 		oi++

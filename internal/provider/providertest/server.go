@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +31,13 @@ type Options struct {
 	// OpenAI "Authorization: Bearer …" or Azure api-key); a request without
 	// it gets the kind's 401.
 	APIKey string
+	// Accounts maps API keys to the account (Anthropic) or organisation
+	// (OpenAI) that reasoning state is bound to; a key it does not map
+	// belongs to DefaultAccount. See reasoning.go.
+	Accounts map[string]string
+	// NoReasoningChecks accepts any reasoning state in a request's history
+	// (signatures, encrypted content, the thinking-first rule).
+	NoReasoningChecks bool
 }
 
 // Request is a recorded request and what became of it.
@@ -214,9 +222,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	var fields struct {
-		Model              string `json:"model"`
-		PreviousResponseID string `json:"previous_response_id"`
-		Store              *bool  `json:"store"`
+		Model              string   `json:"model"`
+		PreviousResponseID string   `json:"previous_response_id"`
+		Store              *bool    `json:"store"`
+		Include            []string `json:"include"`
 		StreamOptions      struct {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
@@ -237,7 +246,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case h.opts.APIKey != "" && key != h.opts.APIKey:
 		step = HTTPError(http.StatusUnauthorized)
 	default:
-		step = h.nextStep(req)
+		var refused bool
+		if step, refused = h.checkReasoning(kind, key, body); !refused {
+			step = h.nextStep(req)
+		}
 	}
 	h.mu.Lock()
 	req.Step = step
@@ -248,6 +260,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		kind: kind, model: fields.Model, index: req.Index,
 		previousResponseID: fields.PreviousResponseID, store: fields.Store == nil || *fields.Store,
 		includeUsage: fields.StreamOptions.IncludeUsage,
+		account:      h.account(key),
+		encrypted:    slices.Contains(fields.Include, "reasoning.encrypted_content"),
 	}
 	p.play()
 
@@ -508,9 +522,10 @@ func (s *Server) Close() {
 
 // Frames returns the SSE frames the server streams for an answer to a
 // request of a kind for model (preamble, body and terminal frames joined),
-// for golden tests and for tools that want the bytes.
+// for golden tests and for tools that want the bytes. Reasoning state is
+// DefaultAccount's.
 func Frames(kind, model string, a *Answer) string {
-	pl := newPlan(streamInfo{kind: kind, model: model, store: true}, a)
+	pl := newPlan(streamInfo{kind: kind, model: model, store: true, account: DefaultAccount}, a)
 	var b bytes.Buffer
 	for _, f := range [][]string{pl.preamble, pl.body, pl.terminal} {
 		for _, s := range f {

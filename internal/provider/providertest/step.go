@@ -109,15 +109,25 @@ type Step struct {
 }
 
 // Answer is the content of a streamed answer, in the order it streams:
-// thinking, text, then tool calls.
+// thinking, text, then tool calls. Thinking carries the kind's reasoning
+// state: an Anthropic thinking block its signature (AnthropicSignature), a
+// Responses reasoning item its encrypted_content (OpenAIEncryptedContent)
+// when the request includes "reasoning.encrypted_content".
 type Answer struct {
 	// ID is the message / response / completion id; empty: generated.
 	ID string
 	// Model is echoed in the stream; empty: the request's model.
-	Model    string
+	Model string
+	// Redacted are redacted_thinking blocks' data (Anthropic), streamed
+	// before the thinking.
+	Redacted []string
 	Thinking []string // thinking (reasoning summary) deltas
-	Text     []string // text deltas
-	Tools    []ToolCall
+	// EmptyThinking, without Thinking, streams a thinking block without
+	// text: Anthropic a signature-only block, Responses a reasoning item
+	// with an empty summary.
+	EmptyThinking bool
+	Text          []string // text deltas
+	Tools         []ToolCall
 	// Stop, empty for the natural stop (tool calls: tool use; else end of
 	// turn), or one of "length", "refusal", "content_filter", mapped onto
 	// each kind's wire form (Anthropic max_tokens / refusal with

@@ -18,6 +18,15 @@
 // A prompt with no text left after its directives are removed is answered
 // with "echo: (empty prompt)".
 //
+// # Thinking
+//
+// A request that asks for thinking ([provider.Params].Thinking) streams
+// thinking deltas first — a sentence about the prompt, longer for a higher
+// effort — and its answer starts with a thinking block signed by
+// [Signature] (only a call that ends well is signed: a failed or aborted
+// call's thinking is display only, as with the real providers). Thinking
+// words count as output tokens.
+//
 // # Directives
 //
 // Directives are written into the user message, anywhere in its text.
@@ -44,7 +53,7 @@
 //	step      = kind { ":" option } .
 //	kind      = "ok" | status | "overloaded-stream" | "midstream" | "cut"
 //	          | "reset" | "timeout" | "overflow" | "usage" | "stale"
-//	          | "refusal" | "abort" | "hang" .
+//	          | "stale-reasoning" | "refusal" | "abort" | "hang" .
 //	status    = "400" | "401" | "403" | "404" | "408" | "409" | "413"
 //	          | "429" | "500" | "502" | "503" | "504" | "529" .
 //	option    = key "=" value .
@@ -85,6 +94,9 @@
 //	stale              OpenAI Responses stale replay, 400 invalid_request_error with code
 //	                   previous_response_not_found: "Previous response with id 'resp_…' not found.";
 //	                   the result has ResetState set.
+//	stale-reasoning    stale reasoning state, Anthropic's 400 invalid_request_error:
+//	                   "messages.1.content.0: Invalid `signature` in `thinking` block"
+//	                   (a thinking block signed for another model or account).
 //	refusal            a classifier refusal: stop reason error, stop details "refusal",
 //	                   "Refusal (cyber): Classifier declined this turn.", no content.
 //	abort              a reasonless abort: stop reason aborted, "Request was aborted",
@@ -101,8 +113,9 @@
 // Options (key=value; several are separated by ":"):
 //
 //	delay=N           any step: N more milliseconds (0..3600000) before the step plays.
-//	retry-after=N     HTTP error steps (statuses, overflow, usage, stale): sets the
-//	                  retry-after header, N seconds (digits, optional decimals).
+//	retry-after=N     HTTP error steps (statuses, overflow, usage, stale,
+//	                  stale-reasoning): sets the retry-after header, N seconds
+//	                  (digits, optional decimals).
 //	retry-after-ms=N  HTTP error steps: sets the retry-after-ms header, N milliseconds.
 //	reset=V           HTTP error steps: V is an RFC 3339 time or a Go duration from
 //	                  now (e.g. 90s, 5h). Anthropic-worded answers get

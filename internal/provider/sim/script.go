@@ -27,6 +27,7 @@ const (
 	StepOverflow         StepKind = "overflow"
 	StepUsage            StepKind = "usage"
 	StepStale            StepKind = "stale"
+	StepStaleReasoning   StepKind = "stale-reasoning"
 	StepRefusal          StepKind = "refusal"
 	StepAbort            StepKind = "abort"
 	StepHang             StepKind = "hang"
@@ -35,7 +36,7 @@ const (
 // namedKinds are the kinds a script names by their value.
 var namedKinds = []StepKind{
 	StepOK, StepOverloadedStream, StepMidstream, StepCut, StepReset, StepTimeout,
-	StepOverflow, StepUsage, StepStale, StepRefusal, StepAbort, StepHang,
+	StepOverflow, StepUsage, StepStale, StepStaleReasoning, StepRefusal, StepAbort, StepHang,
 }
 
 // Statuses are the HTTP statuses a script step may name.
@@ -306,7 +307,8 @@ func parseStep(field string) (Step, error) {
 
 // setOption applies key=val to st, whose script name is name.
 func (st *Step) setOption(name, key, val string) error {
-	httpAnswer := st.Kind == StepHTTP || st.Kind == StepOverflow || st.Kind == StepUsage || st.Kind == StepStale
+	httpAnswer := st.Kind == StepHTTP || st.Kind == StepOverflow || st.Kind == StepUsage || st.Kind == StepStale ||
+		st.Kind == StepStaleReasoning
 	notFor := func() error {
 		return fmt.Errorf("%s: option %q does not apply to this step", name, key)
 	}

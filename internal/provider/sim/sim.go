@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,9 @@ const (
 	msgQuota      = "You exceeded your current quota, please check your plan and billing details. " +
 		"For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
 	msgStaleFormat = "Previous response with id '%s' not found."
+	// Anthropic's refusal of a thinking block signed for another model or
+	// account.
+	msgStaleReasoning = "messages.1.content.0: Invalid `signature` in `thinking` block"
 
 	msgMidstream = "stream error: stream ID 1; INTERNAL_ERROR; received from peer"
 	msgCut       = "stream ended before message_stop: unexpected EOF"
@@ -154,6 +158,9 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, onDelta fu
 		<-ctx.Done()
 		return c.aborted()
 	case StepOK, StepMidstream, StepCut:
+		if !c.think(text) {
+			return c.aborted()
+		}
 		if turn := toolTurn(req.Messages); turn < len(script.Tools) {
 			return c.toolCalls(script.Tools[turn], text, step)
 		}
@@ -208,6 +215,8 @@ func (p *Provider) Stream(ctx context.Context, req *provider.Request, onDelta fu
 		}, step)
 		r.ResetState = true
 		return r
+	case StepStaleReasoning:
+		return c.httpError(http.StatusBadRequest, errorBody{typ: typeInvalidRequest, message: msgStaleReasoning}, step)
 	case StepOverloadedStream:
 		c.in = inputTokens(req)
 		f := &provider.Failure{Status: http.StatusOK, Headers: c.headers(false), Type: typeOverloaded}
@@ -233,9 +242,10 @@ type call struct {
 	req     *provider.Request
 	onDelta func(provider.Delta)
 
-	text strings.Builder // streamed so far
-	in   int64           // input tokens billed
-	out  int64           // words streamed
+	text     strings.Builder // streamed so far
+	thinking strings.Builder // thinking streamed so far
+	in       int64           // input tokens billed
+	out      int64           // words streamed, thinking included
 }
 
 // wait waits d, or until the context is done; it reports whether the
@@ -256,7 +266,11 @@ func (c *call) wait(d time.Duration) bool {
 
 // stream emits words one delta each, paced by the options. It reports
 // whether the context stayed live.
-func (c *call) stream(words []string) bool {
+func (c *call) stream(words []string) bool { return c.emit(words, false) }
+
+// emit emits words as text or thinking deltas, one each, paced by the
+// options. It reports whether the context stayed live.
+func (c *call) emit(words []string, thinking bool) bool {
 	for _, w := range words {
 		d := c.p.opts.TokenDelay
 		if c.out == 0 {
@@ -265,11 +279,46 @@ func (c *call) stream(words []string) bool {
 		if !c.wait(d) {
 			return false
 		}
-		c.text.WriteString(w)
 		c.out++
+		if thinking {
+			c.thinking.WriteString(w)
+			c.onDelta(provider.Delta{Thinking: w})
+			continue
+		}
+		c.text.WriteString(w)
 		c.onDelta(provider.Delta{Text: w})
 	}
 	return true
+}
+
+// think streams the thinking of a call that asks for it
+// (Request.Params.Thinking): a sentence per effort level about the prompt's
+// text. It reports whether the context stayed live.
+func (c *call) think(text string) bool {
+	th := c.req.Params.Thinking
+	if th == nil {
+		return true
+	}
+	if text == "" {
+		text = emptyPrompt
+	}
+	s := "The prompt says " + strconv.Quote(text) + "."
+	switch th.Level() {
+	case provider.EffortMedium:
+		s += " An echo of it answers."
+	case provider.EffortHigh:
+		s += " An echo of it answers. Nothing else is asked for, so the echo is the whole answer."
+	}
+	return c.emit(wordRe.FindAllString(s, -1), true)
+}
+
+// Signature is the signature the simulated provider gives a thinking block
+// with text thinking, made by model: stable, and never accepted by another
+// provider.
+func Signature(model, thinking string) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s", model, thinking)
+	return fmt.Sprintf("sim-sig-%016x", h.Sum64())
 }
 
 // result ends the call with what was streamed so far.
@@ -281,6 +330,15 @@ func (c *call) result(stop, errMsg, details string, f *provider.Failure) provide
 		StopReason:   stop,
 		ErrorMessage: errMsg,
 		StopDetails:  details,
+	}
+	if c.thinking.Len() > 0 {
+		b := provider.Block{Type: provider.BlockThinking, Text: c.thinking.String()}
+		// Like the real providers, a failed or aborted call leaves no
+		// reasoning state to replay: only a completed block is signed.
+		if stop != provider.StopError && stop != provider.StopAborted {
+			b.Signature = Signature(c.req.Model, b.Text)
+		}
+		m.Content = append(m.Content, b)
 	}
 	if c.text.Len() > 0 {
 		m.Content = append(m.Content, provider.Block{Type: provider.BlockText, Text: c.text.String()})

@@ -251,6 +251,8 @@ func TestSteps(t *testing.T) {
 		{"stale", want{stop: provider.StopError, reset: true,
 			failure: &provider.Failure{Status: 400, Type: "invalid_request_error", Code: "previous_response_not_found"},
 			msg:     "400 invalid_request_error: Previous response with id '" + staleID(&provider.Request{Model: "sim-model"}) + "' not found."}},
+		{"stale-reasoning", want{stop: provider.StopError, failure: anth(400, "invalid_request_error"),
+			msg: "400 invalid_request_error: messages.1.content.0: Invalid `signature` in `thinking` block"}},
 		{"refusal", want{stop: provider.StopError, details: provider.DetailRefusal,
 			msg: "Refusal (cyber): Classifier declined this turn."}},
 		{"abort", want{stop: provider.StopAborted, msg: "Request was aborted"}},
@@ -532,5 +534,62 @@ func TestNilOnDelta(t *testing.T) {
 	res := New(Options{}).Stream(t.Context(), request("hi", 0), nil)
 	if res.Message.Text() != "echo: hi" {
 		t.Errorf("result = %+v", res)
+	}
+}
+
+// A call that asks for thinking streams it before the answer and ends with
+// a signed thinking block; a failed call's thinking is not signed.
+func TestThinking(t *testing.T) {
+	p := New(Options{})
+	for _, tc := range []struct {
+		effort string
+		want   string
+	}{
+		{provider.EffortLow, `The prompt says "hi there".`},
+		{"", `The prompt says "hi there". An echo of it answers.`},
+		{provider.EffortHigh, `The prompt says "hi there". An echo of it answers. Nothing else is asked for, so the echo is the whole answer.`},
+	} {
+		req := request("hi there", 0)
+		req.Params.Thinking = &provider.Thinking{Effort: tc.effort}
+		var thinking, text strings.Builder
+		var order []string
+		res := p.Stream(t.Context(), req, func(d provider.Delta) {
+			thinking.WriteString(d.Thinking)
+			text.WriteString(d.Text)
+			if d.Thinking != "" && (len(order) == 0 || order[len(order)-1] != "thinking") {
+				order = append(order, "thinking")
+			}
+			if d.Text != "" && (len(order) == 0 || order[len(order)-1] != "text") {
+				order = append(order, "text")
+			}
+		})
+		m := res.Message
+		if thinking.String() != tc.want || text.String() != "echo: hi there" || strings.Join(order, ",") != "thinking,text" {
+			t.Errorf("effort %q: thinking %q text %q order %v", tc.effort, thinking.String(), text.String(), order)
+		}
+		if len(m.Content) != 2 || m.Content[0].Type != provider.BlockThinking || m.Content[0].Text != tc.want ||
+			m.Content[0].Signature != Signature("echo", tc.want) || !strings.HasPrefix(m.Content[0].Signature, "sim-sig-") ||
+			m.Text() != "echo: hi there" {
+			t.Errorf("effort %q: content %+v", tc.effort, m.Content)
+		}
+		if int(res.Usage.OutputTokens) != len(wordRe.FindAllString(tc.want, -1))+3 {
+			t.Errorf("effort %q: usage %+v", tc.effort, res.Usage)
+		}
+	}
+
+	req := request("[[faults: midstream]] hi there", 0)
+	req.Params.Thinking = &provider.Thinking{}
+	res := p.Stream(t.Context(), req, nil)
+	if m := res.Message; m.StopReason != provider.StopError || len(m.Content) != 2 || m.Content[0].Type != provider.BlockThinking ||
+		m.Content[0].Text == "" || m.Content[0].Signature != "" || m.HasReasoningState() {
+		t.Errorf("midstream with thinking: %+v", m)
+	}
+
+	// Tool turns think first too.
+	req = request("[[tools: get]] hi", 0)
+	req.Params.Thinking = &provider.Thinking{}
+	res = p.Stream(t.Context(), req, nil)
+	if m := res.Message; m.StopReason != provider.StopToolUse || len(m.Content) != 2 || m.Content[0].Signature == "" || m.Content[1].Type != provider.BlockToolCall {
+		t.Errorf("tool turn with thinking: %+v", m)
 	}
 }

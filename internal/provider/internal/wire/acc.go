@@ -73,11 +73,41 @@ func (a *Acc) add(key, typ, s string, d provider.Delta) {
 	a.onDelta(d)
 }
 
+// StartThinking starts key's thinking block if needed, so that it keeps
+// its place among the blocks even when no text arrives (an Anthropic
+// signature-only block, an OpenAI reasoning item without summary).
+func (a *Acc) StartThinking(key string) { a.block(key, provider.BlockThinking) }
+
+// AddSignature appends a piece of key's thinking block's signature
+// (Anthropic signature_delta), starting the block if needed; nothing is
+// delivered.
+func (a *Acc) AddSignature(key, sig string) {
+	i := a.block(key, provider.BlockThinking)
+	a.blocks[i].Signature += sig
+}
+
+// SetReasoning records an OpenAI reasoning item's id, encrypted content and
+// summary parts on key's thinking block, starting it if needed. A block to
+// which no text streamed gets the summary parts as its text, separated by
+// a blank line; nothing is delivered.
+func (a *Acc) SetReasoning(key, id, encrypted string, summary []string) {
+	i := a.block(key, provider.BlockThinking)
+	b := &a.blocks[i]
+	b.ReasoningID, b.EncryptedContent, b.Summary = id, encrypted, summary
+	if b.Text == "" {
+		b.Text = strings.Join(summary, ReasoningPartSeparator)
+	}
+}
+
+// ReasoningPartSeparator separates the summary parts of one OpenAI
+// reasoning item in its block's text (and in the deltas).
+const ReasoningPartSeparator = "\n\n"
+
 // AddRedactedThinking appends opaque data to key's redacted-thinking
 // block, starting it if needed; nothing is delivered.
 func (a *Acc) AddRedactedThinking(key, data string) {
 	i := a.block(key, provider.BlockRedactedThinking)
-	a.blocks[i].Text += data
+	a.blocks[i].Data += data
 }
 
 // StartTool starts a tool call: its id and name are delivered at once. A
@@ -158,14 +188,23 @@ func (a *Acc) HasCompletedTool() bool {
 	return false
 }
 
-// content is the message content: empty text and thinking blocks and
-// incomplete tool calls dropped.
+// content is the message content: empty text blocks, thinking blocks with
+// neither text nor reasoning state, empty redacted blocks and incomplete
+// tool calls dropped.
 func (a *Acc) content() []provider.Block {
 	out := []provider.Block{}
 	for i, b := range a.blocks {
 		switch b.Type {
-		case provider.BlockText, provider.BlockThinking, provider.BlockRedactedThinking:
+		case provider.BlockText:
 			if b.Text == "" {
+				continue
+			}
+		case provider.BlockThinking:
+			if b.Text == "" && !b.HasReasoningState() {
+				continue
+			}
+		case provider.BlockRedactedThinking:
+			if b.Data == "" {
 				continue
 			}
 		case provider.BlockToolCall:
@@ -189,6 +228,15 @@ func (a *Acc) message(stop, errMsg, details string) provider.Message {
 	}
 }
 
+// unfinished strips the reasoning state of a message that failed or was
+// aborted: a thinking block cut before its signature would be refused, and
+// the turn's reasoning is not to be replayed beside a partial answer. The
+// thinking text stays, for display.
+func unfinished(m provider.Message) provider.Message {
+	m.Content = provider.StripReasoningState(m.Content)
+	return m
+}
+
 // Finish ends a call that succeeded with stop reason stop.
 func (a *Acc) Finish(stop string) provider.Result {
 	return provider.Result{Message: a.message(stop, "", ""), Usage: a.Usage}
@@ -202,7 +250,7 @@ func (a *Acc) Fail(msg, details string, f *provider.Failure) provider.Result {
 	if details == "" && m.HasObservableOutput() {
 		m.StopDetails = provider.DetailInterruptedAfterContent
 	}
-	return provider.Result{Message: m, Failure: f, Usage: a.Usage}
+	return provider.Result{Message: unfinished(m), Failure: f, Usage: a.Usage}
 }
 
 // FailAPI ends c, once its response has arrived, with the provider's error
@@ -216,5 +264,5 @@ func (a *Acc) FailAPI(c *Call, e APIError) provider.Result {
 
 // aborted ends a call whose context is done, keeping what was streamed.
 func (a *Acc) aborted() provider.Result {
-	return provider.Result{Message: a.message(provider.StopAborted, provider.AbortedMessage, ""), Usage: a.Usage}
+	return provider.Result{Message: unfinished(a.message(provider.StopAborted, provider.AbortedMessage, "")), Usage: a.Usage}
 }
