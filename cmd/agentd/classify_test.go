@@ -48,6 +48,10 @@ func TestRunClassify(t *testing.T) {
 			`{"retryable":false,"class":"context_overflow"}`},
 		{"stale replay", `{"message":"Previous response with id 'resp_abc' not found.","api":"openai-responses","code":"previous_response_not_found"}`,
 			`{"retryable":true,"class":"stale_replay"}`},
+		{"stale reasoning: anthropic signature", `{"message":"400 invalid_request_error: messages.1.content.0: Invalid ` + "`signature`" + ` in ` + "`thinking`" + ` block","status":400,"type":"invalid_request_error","api":"anthropic"}`,
+			`{"retryable":true,"class":"stale_replay"}`},
+		{"stale reasoning: openai encrypted content", `{"message":"400 invalid_request_error: The encrypted content for item rs_1 could not be verified.","status":400,"code":"invalid_encrypted_content","api":"openai-responses"}`,
+			`{"retryable":true,"class":"stale_replay"}`},
 		{"refusal", `{"message":"Refusal (cyber): Classifier declined this turn.","stopDetails":"refusal","observableOutput":true}`,
 			`{"retryable":true,"class":"refusal"}`},
 		{"observable output", `{"message":"socket hang up","observableOutput":true}`,
@@ -181,3 +185,30 @@ func TestRunClassifyIOErrors(t *testing.T) {
 type failingWriter struct{ err error }
 
 func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// Stale reasoning state is a stale replay whose reason says so.
+func TestRunClassifyStaleReasoning(t *testing.T) {
+	t.Parallel()
+	in := strings.Join([]string{
+		`{"message":"400 invalid_request_error: messages.1.content.0: Invalid ` + "`signature`" + ` in ` + "`thinking`" + ` block","status":400}`,
+		`{"message":"400 invalid_request_error: messages.1.content.0.type: Expected ` + "`thinking`" + ` or ` + "`redacted_thinking`" + `, but found ` + "`text`" + `. When ` + "`thinking`" + ` is enabled, a final ` + "`assistant`" + ` message must start with a thinking block","status":400}`,
+		`{"message":"The encrypted content gAAA...IQ== could not be verified. Reason: Encrypted content organization_id did not match the target organization.","status":400,"api":"openai-responses"}`,
+	}, "\n")
+	var out bytes.Buffer
+	if err := runClassify(strings.NewReader(in), &out, fixedNow); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("output %q", out.String())
+	}
+	for i, l := range lines {
+		var v classifyOutput
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatal(err)
+		}
+		if !v.Retryable || v.Class != "stale_replay" || !strings.HasPrefix(v.Reason, "stale reasoning state: ") {
+			t.Errorf("line %d: %s", i+1, l)
+		}
+	}
+}

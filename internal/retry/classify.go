@@ -26,9 +26,13 @@ const (
 	// ClassContextOverflow is a prompt that does not fit the model's context.
 	// It is never retried; compaction handles it.
 	ClassContextOverflow Class = "context_overflow"
-	// ClassStaleReplay is an OpenAI Responses replay whose stored state is gone
+	// ClassStaleReplay is a replay of provider state that the provider no
+	// longer accepts: an OpenAI Responses replay whose stored state is gone
 	// (item or previous_response not found, expired, invalid, zero data
-	// retention): reset the cached provider session and retry at once, without
+	// retention), or reasoning state it refuses (Verdict.Stale tells which:
+	// an Anthropic thinking signature of another model or account, OpenAI
+	// encrypted content of another organisation). Reset the cached provider
+	// session, or strip the reasoning state, and retry at once, without
 	// credential or model fallback.
 	ClassStaleReplay Class = "stale_replay"
 	// ClassRefusal is a classifier refusal (stopDetails "refusal" or
@@ -39,6 +43,50 @@ const (
 	// the observable-output rule excluded (see Verdict.Underlying).
 	ClassNotRetryable Class = "not_retryable"
 )
+
+// StaleCase says what state a stale replay (ClassStaleReplay) replayed.
+type StaleCase string
+
+// The cases of a stale replay.
+const (
+	// StaleNone: not a stale replay.
+	StaleNone StaleCase = ""
+	// StaleResponsesState: an OpenAI Responses previous_response_id or item
+	// the server no longer has. Reset the provider's cached session (the
+	// provider sets Result.ResetState) and resend the whole context.
+	StaleResponsesState StaleCase = "responses_state"
+	// StaleReasoningSignature: Anthropic refused thinking blocks replayed
+	// to it: their signature ("Invalid `signature` in `thinking` block":
+	// missing, altered, or made for another model or account), blocks of the
+	// latest assistant message that changed, thinking that is not first in
+	// its message, thinking in a final assistant message while thinking is
+	// off. Strip the reasoning state the target did not make (all of it when
+	// provenance is unknown) and retry.
+	StaleReasoningSignature StaleCase = "reasoning_signature"
+	// StaleReasoningOrder: with thinking on, Anthropic wants the final
+	// assistant message of an open tool loop to start with a thinking block
+	// ("must start with a thinking block"), typically after a switch in the
+	// middle of a tool loop. Retry with thinking off until the loop ends.
+	StaleReasoningOrder StaleCase = "reasoning_order"
+	// StaleReasoningEncrypted: OpenAI could not verify a reasoning item's
+	// encrypted content (code invalid_encrypted_content: altered, or made
+	// for another organisation). Strip the reasoning state and retry.
+	StaleReasoningEncrypted StaleCase = "reasoning_encrypted_content"
+)
+
+// Reasoning reports whether the case is stale reasoning state.
+func (s StaleCase) Reasoning() bool {
+	switch s {
+	case StaleReasoningSignature, StaleReasoningOrder, StaleReasoningEncrypted:
+		return true
+	}
+	return false
+}
+
+// ErrorClassStaleReasoning is the error class events report for a stale
+// replay of reasoning state (Verdict.EventClass); `agentd classify` and
+// metrics keep the class, stale_replay.
+const ErrorClassStaleReasoning = "stale_reasoning"
 
 // String returns the wire name of the class.
 func (c Class) String() string { return string(c) }
@@ -138,6 +186,25 @@ type Verdict struct {
 	Cooldown time.Duration
 	// Reason says in a few words why, for logs and `agentd classify`.
 	Reason string
+	// Stale, for a stale replay (Underlying ClassStaleReplay), says what
+	// was replayed: Responses state or reasoning state, and which.
+	Stale StaleCase
+}
+
+// StaleReasoning reports whether the verdict is a stale replay of
+// reasoning state: the session strips it (or turns thinking off, for
+// StaleReasoningOrder) before the retry.
+func (v Verdict) StaleReasoning() bool {
+	return v.Class == ClassStaleReplay && v.Stale.Reasoning()
+}
+
+// EventClass is the error class for events: ErrorClassStaleReasoning for
+// stale reasoning state, else the class's name.
+func (v Verdict) EventClass() string {
+	if v.StaleReasoning() {
+		return ErrorClassStaleReasoning
+	}
+	return string(v.Class)
 }
 
 // LongRateLimitHint is the hint length from which a rate-limited (429)
@@ -165,8 +232,12 @@ const DefaultUsageWindow = 30 * time.Minute
 //  3. The error message must be non-empty (after trimming spaces).
 //  4. Classifier refusal (StopDetails "refusal"/"sensitive"): retryable,
 //     checked before and exempt from the observable-output rule.
-//  5. Stale OpenAI Responses replay (only for a Responses API, or with code
-//     previous_response_not_found).
+//  5. Stale replay: reasoning state the provider refuses (an Anthropic
+//     thinking signature, the thinking-first rule of a tool loop, OpenAI
+//     invalid_encrypted_content; any API but openai-chat, which replays no
+//     reasoning), then a stale OpenAI Responses replay (only for a
+//     Responses API, or with code previous_response_not_found).
+//     Verdict.Stale says which.
 //  6. Usage limit (quota, billing, account-level and daily limits, opaque 429
 //     bodies, 429 with a hint of LongRateLimitHint or more), then transient
 //     (overload, throttling, 408/429/5xx, server and transport failures). Text
@@ -211,8 +282,9 @@ func Classify(f Failure, now time.Time) Verdict {
 
 	var class Class
 	var reason string
-	if r, ok := c.stale(); ok {
-		class, reason = ClassStaleReplay, r
+	var staleCase StaleCase
+	if r, sc, ok := c.stale(); ok {
+		class, reason, staleCase = ClassStaleReplay, r, sc
 	} else if r, ok := c.usage(hint, hasHint); ok {
 		class, reason = ClassUsageLimit, r
 	} else if r, ok := c.transient(); ok {
@@ -222,6 +294,7 @@ func Classify(f Failure, now time.Time) Verdict {
 	}
 
 	v = done(class, reason)
+	v.Stale = staleCase
 	if class == ClassUsageLimit || class == ClassTransient {
 		lr := c.limitReason()
 		if class == ClassUsageLimit {
@@ -424,22 +497,50 @@ var responsesAPIs = map[string]bool{
 	"azure-openai-responses": true,
 }
 
-func (c *facts) stale() (string, bool) {
+func (c *facts) stale() (string, StaleCase, bool) {
+	if r, sc, ok := c.staleReasoning(); ok {
+		return r, sc, true
+	}
 	if c.code == "previous_response_not_found" {
-		return `error code "previous_response_not_found": stale Responses replay`, true
+		return `error code "previous_response_not_found": stale Responses replay`, StaleResponsesState, true
 	}
 	if !responsesAPIs[strings.ToLower(strings.TrimSpace(c.f.API))] {
-		return "", false
+		return "", StaleNone, false
 	}
 	if m, ok := staleItemRE.find(&c.words); ok {
-		return "stale Responses replay: text matches " + quote(m), true
+		return "stale Responses replay: text matches " + quote(m), StaleResponsesState, true
 	}
 	if start, end, ok := stalePrevRE.findIn(&c.words); ok {
 		if ds, de, ok := staleDetailRE.findIn(&c.words); ok && de > ds {
-			return "stale Responses replay: " + quote(c.words.s[start:end]) + " with " + quote(c.words.s[ds:de]), true
+			return "stale Responses replay: " + quote(c.words.s[start:end]) + " with " + quote(c.words.s[ds:de]), StaleResponsesState, true
 		}
 	}
-	return "", false
+	return "", StaleNone, false
+}
+
+// staleReasoning recognises reasoning state a provider refuses. Chat
+// Completions replays none, so a Chat API's failure is never one.
+func (c *facts) staleReasoning() (string, StaleCase, bool) {
+	if strings.EqualFold(strings.TrimSpace(c.f.API), "openai-chat") {
+		return "", StaleNone, false
+	}
+	if c.code == "invalid_encrypted_content" {
+		return `stale reasoning state: error code "invalid_encrypted_content" (strip the reasoning items and retry)`, StaleReasoningEncrypted, true
+	}
+	for i, p := range staleReasoningRE {
+		if m, ok := p.find(&c.words); ok {
+			sc := staleReasoningCases[i]
+			return "stale reasoning state: text matches " + quote(m) + " (" + staleReasoningAdvice[sc] + ")", sc, true
+		}
+	}
+	return "", StaleNone, false
+}
+
+// staleReasoningAdvice is what the session does about each case.
+var staleReasoningAdvice = map[StaleCase]string{
+	StaleReasoningSignature: "strip the thinking blocks the target did not make and retry",
+	StaleReasoningOrder:     "retry with thinking off until the tool loop ends",
+	StaleReasoningEncrypted: "strip the reasoning items and retry",
 }
 
 // usageCodes are structured usage-limit signals (OpenAI billing codes,

@@ -147,6 +147,28 @@ var classifyCases = []classifyCase{
 	{"unsupported previous_response_id", failure("Unsupported parameter: previous_response_id", api("openai-responses")), not},
 	{"stale after observable output", failure("Item with id 'rs_x' not found.", api("openai-responses"), observable()), not},
 
+	// ---- stale reasoning state (a stale replay): Anthropic signatures and the thinking-first rule, OpenAI encrypted content ----
+	{"anthropic invalid thinking signature", failure("400 invalid_request_error: messages.1.content.0: Invalid `signature` in `thinking` block", status(400), typ("invalid_request_error"), api("anthropic")), stl},
+	{"anthropic invalid signature body", failure(`{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0: Invalid `+"`signature`"+` in `+"`thinking`"+` block"},"request_id":"req_011CWkB65DcNzK2MiofhXx8b"}`, status(400)), stl},
+	{"anthropic invalid signature via vertex", failure(`{"error":{"code":400,"message":"{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"messages.5.content.0: Invalid ` + "`signature`" + ` in ` + "`thinking`" + ` block\"},\"request_id\":\"req_vrtx_011CWcDAiLqXNmbGx1MH2UDE\"}","status":"INVALID_ARGUMENT"}}`), stl},
+	{"anthropic invalid signature unquoted", failure("API Error: 400 messages.1.content.0: Invalid signature in thinking block"), stl},
+	{"anthropic invalid signature bound elsewhere", failure("messages.1.content.0: Invalid `signature` in `thinking` block. The block is bound to a different conversation. Remove the block.", status(400), typ("invalid_request_error")), stl},
+	{"anthropic latest thinking modified", failure("400 invalid_request_error: messages.3.content.8: `thinking` or `redacted_thinking` blocks in the latest assistant message cannot be modified. These blocks must remain as they were in the original response.", status(400), typ("invalid_request_error")), stl},
+	{"anthropic thinking not first in its message", failure(`{"type":"error","error":{"type":"invalid_request_error","message":"messages.5.content.0: If an assistant message contains any thinking blocks, the first block must be `+"`thinking`"+` or `+"`redacted_thinking`"+`. Found `+"`text`"+`."},"request_id":"req_011CXTTUY143pJroriaiunm9"}`, status(400)), stl},
+	{"anthropic final thinking while disabled", failure("400 invalid_request_error: When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`. To use thinking blocks, enable `thinking` in your request.", status(400), typ("invalid_request_error")), stl},
+	{"anthropic thinking must come first", failure("400 invalid_request_error: messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `text`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking", status(400), typ("invalid_request_error"), api("anthropic")), stl},
+	{"anthropic thinking first, tool_use found", failure("messages.3.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`."), stl},
+	{"openai invalid_encrypted_content", failure("400 invalid_request_error: The encrypted content for item rs_68af3b2c1e0c8193 could not be verified.", status(400), typ("invalid_request_error"), code("invalid_encrypted_content"), api("openai-responses")), stl},
+	{"openai encrypted content body", failure(`{"error":{"message":"The encrypted content gAAA...DQ== could not be verified.","type":"invalid_request_error","param":null,"code":"invalid_encrypted_content"}}`, status(400)), stl},
+	{"openai encrypted content other organization", failure("The encrypted content gAAA...IQ== could not be verified. Reason: Encrypted content organization_id did not match the target organization.", api("openai-responses")), stl},
+	{"openai encrypted content not decrypted", failure("The encrypted content for item rs_0a18166210d72b5e0069fd938e69a08193a992a58d690a224b could not be verified. Reason: Encrypted content could not be decrypted or parsed."), stl},
+	{"openai encrypted content code only", failure("unexpected response", code("invalid_encrypted_content")), stl},
+	{"stale reasoning after observable output", failure("messages.1.content.0: Invalid `signature` in `thinking` block", observable()), not},
+	{"stale reasoning wording on chat api", failure("messages.1.content.0: Invalid `signature` in `thinking` block", status(400), api("openai-chat")), not},
+	{"thinking field required is not stale", failure("messages.1.content.0.thinking: Field required", status(400), typ("invalid_request_error")), not},
+	{"aws signature mismatch is not stale", failure("The request signature we calculated does not match the signature you provided.", status(403)), not},
+	{"webhook invalid signature is not stale", failure("invalid signature", status(401)), not},
+
 	// ---- OpenAI Codex ----
 	{"codex usage limit try again", failure("You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in ~158 min."), use},
 	{"codex usage_limit_reached code", failure("The usage limit has been reached", status(429), code("usage_limit_reached")), use},
@@ -654,5 +676,38 @@ func TestStatusFromText(t *testing.T) {
 		if got := statusFromText(in); got != want {
 			t.Errorf("statusFromText(%q) = %d, want %d", in, got, want)
 		}
+	}
+}
+
+// Stale replays say which state went stale; events tell stale reasoning
+// from the Responses case.
+func TestClassifyStaleCases(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		f     Failure
+		want  StaleCase
+		event string
+	}{
+		{failure("messages.1.content.0: Invalid `signature` in `thinking` block", status(400), api("anthropic")), StaleReasoningSignature, ErrorClassStaleReasoning},
+		{failure("messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `text`. When `thinking` is enabled, a final `assistant` message must start with a thinking block", status(400)), StaleReasoningOrder, ErrorClassStaleReasoning},
+		{failure("The encrypted content for item rs_1 could not be verified.", status(400), code("invalid_encrypted_content")), StaleReasoningEncrypted, ErrorClassStaleReasoning},
+		{failure("The encrypted content gAAA...IQ== could not be verified. Reason: Encrypted content organization_id did not match the target organization.", status(400)), StaleReasoningEncrypted, ErrorClassStaleReasoning},
+		{failure("Previous response with id 'resp_abc' not found.", code("previous_response_not_found")), StaleResponsesState, "stale_replay"},
+		{failure("Item with id 'rs_1' not found.", api("openai-responses")), StaleResponsesState, "stale_replay"},
+		{failure("Overloaded", status(529)), StaleNone, "transient"},
+	}
+	for _, tc := range cases {
+		v := Classify(tc.f, testNow)
+		if v.Stale != tc.want || v.EventClass() != tc.event || v.StaleReasoning() != tc.want.Reasoning() {
+			t.Errorf("Classify(%q): stale %q event class %q reasoning %v, want %q %q", tc.f.ErrorMessage, v.Stale, v.EventClass(), v.StaleReasoning(), tc.want, tc.event)
+		}
+		if tc.want.Reasoning() && (v.Class != ClassStaleReplay || !v.Retryable || v.Cooldown != 0 || !strings.HasPrefix(v.Reason, "stale reasoning state: ")) {
+			t.Errorf("Classify(%q) = %+v", tc.f.ErrorMessage, v)
+		}
+	}
+	// After observable output the case is kept, the class is not.
+	v := Classify(failure("messages.1.content.0: Invalid `signature` in `thinking` block", observable()), testNow)
+	if v.Class != ClassNotRetryable || v.Underlying != ClassStaleReplay || v.Stale != StaleReasoningSignature || v.StaleReasoning() || v.EventClass() != "not_retryable" {
+		t.Errorf("after observable output: %+v", v)
 	}
 }

@@ -32,6 +32,12 @@ func guardedPatterns() []namedPattern {
 		{"reasonPerDayRE", reasonPerDayRE}, {"reasonRateRE", reasonRateRE}, {"reasonQuotaRE", reasonQuotaRE},
 		{"reasonServerRE", reasonServerRE},
 	}
+	for i, p := range staleReasoningRE {
+		families = append(families, struct {
+			name string
+			p    phrases
+		}{"staleReasoningRE[" + strconv.Itoa(i) + "]", p})
+	}
 	for _, f := range families {
 		for i := range f.p.res {
 			out = append(out, namedPattern{f.name + "[" + strconv.Itoa(i) + "]", &f.p.res[i], f.p.word})
@@ -132,8 +138,9 @@ func checkPatterns(t *testing.T, pats []namedPattern, subj *subject) {
 // checkFamilies compares phrases.find with plainFind.
 func checkFamilies(t *testing.T, subj *subject) {
 	t.Helper()
-	for _, p := range []phrases{overflowStrongRE, overflowGapped, overflowWeakRE, throttleRE, staleItemRE, transientRE,
-		usageRE, perMinuteRE, reasonQuotaFirstRE, reasonCapacityRE, reasonPerDayRE, reasonRateRE, reasonQuotaRE, reasonServerRE} {
+	families := []phrases{overflowStrongRE, overflowGapped, overflowWeakRE, throttleRE, staleItemRE, transientRE,
+		usageRE, perMinuteRE, reasonQuotaFirstRE, reasonCapacityRE, reasonPerDayRE, reasonRateRE, reasonQuotaRE, reasonServerRE}
+	for _, p := range append(families, staleReasoningRE...) {
 		m, ok := p.find(subj)
 		wm, wok := plainFind(p, subj.s)
 		if m != wm || ok != wok {
@@ -236,6 +243,10 @@ var mutationPieces = []string{
 	"context length exceeded", "too many tokens", "connection reset by peer", "ECONNRESET", "Unterminated", "eof",
 	"Item with id 'rs_1' not found", "previous_response_id", "anthropic stream envelope error:", "before message_start",
 	"400 status code (no body)", "at position 500", "500 tokens", "1,500", "req_500abc", "org-uVqpjtJiKqvVJMVfvpaounIh",
+	"Invalid `signature` in `thinking` block", "invalid signature in thinking block", "must start with a thinking block",
+	"Expected `thinking` or `redacted_thinking`, but found `text`", "invalid_encrypted_content", "The encrypted content gAAA...DQ==",
+	"could not be verified", "could not be decrypted", "organization_id did not match", "`", "signature",
+	"blocks in the latest assistant message cannot be modified", "in the final position cannot contain `thinking`",
 }
 
 // mutate returns a random variation of one of msgs.

@@ -6,8 +6,9 @@
 //
 //  1. Is this failed assistant turn worth another attempt, and why?
 //     [Classify] sorts a [Failure] into a [Class]: transient, usage limit,
-//     context overflow (never retried: compaction owns it), stale OpenAI
-//     Responses replay, classifier refusal, or not retryable.
+//     context overflow (never retried: compaction owns it), stale replay
+//     (OpenAI Responses state that is gone, or reasoning state a provider
+//     refuses: [Verdict].Stale), classifier refusal, or not retryable.
 //     [IsReasonlessAbort] recognises the generic-abort sentinel stop that is
 //     retried without model fallback.
 //  2. Did the provider say when to come back? [ParseHint] reads the retry

@@ -26,7 +26,7 @@ import (
 
 // litSet is a set of literal ids of the index, as a bit set. Fixed size, so
 // that a scan allocates nothing.
-type litSet [8]uint64
+type litSet [10]uint64
 
 // maxLiterals is how many literals the index can hold.
 const maxLiterals = len(litSet{}) * 64

@@ -153,6 +153,43 @@ var (
 	staleDetailRE = guard(`not[ _]?found|invalid|expired|stale|zero[ _-]?data[ _-]?retention`)
 )
 
+// staleReasoningRE: a provider refusing reasoning state replayed to it, one
+// family per case (staleReasoningCases): Anthropic thinking blocks it
+// refuses ("messages.1.content.0: Invalid `signature` in `thinking` block",
+// quotes optional as proxies rewrite them; "`thinking` or
+// `redacted_thinking` blocks in the latest assistant message cannot be
+// modified"; "If an assistant message contains any thinking blocks, the
+// first block must be `thinking` or `redacted_thinking`"; "When thinking is
+// disabled, an `assistant` message in the final position cannot contain
+// `thinking`"); the thinking-first rule
+// of a tool loop ("messages.1.content.0.type: Expected `thinking` or
+// `redacted_thinking`, but found `text`. When `thinking` is enabled, a
+// final `assistant` message must start with a thinking block …"); OpenAI
+// encrypted content it cannot verify ("The encrypted content for item rs_…
+// could not be verified.", "The encrypted content gAAA… could not be
+// verified. Reason: Encrypted content organization_id did not match the
+// target organization.", "… could not be decrypted or parsed.").
+var staleReasoningRE = []phrases{
+	wordPhrases(
+		`invalid .?signature.? in .?thinking.? block`,
+		`blocks in the latest assistant message cannot be modified`,
+		`thinking blocks, the first block must be .?thinking`,
+		`message in the final position cannot contain .?thinking`,
+	),
+	wordPhrases(
+		`must start with a thinking block`,
+		`expected .?thinking.? or .?redacted_thinking.?, but found`,
+	),
+	wordPhrases(
+		`invalid_encrypted_content`,
+		`encrypted content.*could not be (?:verified|decrypted)`,
+		`encrypted content organization.?id did not match`,
+	),
+}
+
+// staleReasoningCases are the cases of staleReasoningRE's families.
+var staleReasoningCases = []StaleCase{StaleReasoningSignature, StaleReasoningOrder, StaleReasoningEncrypted}
+
 // transientRE: the source's transient transport/envelope families (reference
 // notes a.8, TRANSIENT_TRANSPORT_PATTERN and classifyText) with word
 // boundaries, plus the transport errors of Go's net/http, crypto/tls and
