@@ -2,6 +2,7 @@ package credstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -548,7 +549,67 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 			t.Errorf("a = %+v; want 0 banked", i)
 		}
 	})
+	t.Run("Accounts", func(t *testing.T) { runAccounts(t, newEnv) })
 	t.Run("Ownership", func(t *testing.T) { runOwnership(t, newEnv) })
+}
+
+// runAccounts: a credential's account is stored, listed as given, and
+// comes with every credential Pick and UsageLimited hand out (its ID when
+// it names none); a configuration credential added again takes its new
+// account; a tenant's own credentials carry theirs.
+func runAccounts(t *testing.T, newEnv newEnvFunc) {
+	e := newEnv(t, 0)
+	s, other := e.open(), e.open()
+	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a", Account: "acme"})
+	mustAdd(t, s, Credential{ID: "b", Provider: "p", Secret: "secret-b", Account: "acme"})
+	mustAdd(t, s, Credential{ID: "c", Provider: "p", Secret: "secret-c"})
+	var got []string
+	for range 3 {
+		c, ok, err := other.Pick(testCtx(t), "", "p")
+		if err != nil || !ok {
+			t.Fatalf("Pick = %v, %v", ok, err)
+		}
+		got = append(got, c.ID+"="+c.Account)
+	}
+	if g := strings.Join(got, ","); g != "a=acme,b=acme,c=c" {
+		t.Errorf("picks = %s, want a=acme,b=acme,c=c", g)
+	}
+	if i := infoOf(t, other, "p", "a"); i.Account != "acme" {
+		t.Errorf("a = %+v; want account acme", i)
+	}
+	if i := infoOf(t, other, "p", "c"); i.Account != "" {
+		t.Errorf("c = %+v; want no account", i)
+	}
+	// The switch of a usage limit carries the sibling's account.
+	if sw := usageLimited(t, other, "a", time.Hour, true); !sw.Switched || sw.To.ID != "b" || sw.To.Account != "acme" {
+		t.Errorf("UsageLimited(a) = %+v; want a switch to b of acme", sw)
+	}
+	if sw := usageLimited(t, s, "b", time.Hour, true); !sw.Switched || sw.To.ID != "c" || sw.To.Account != "c" {
+		t.Errorf("UsageLimited(b) = %+v; want a switch to c, its own account", sw)
+	}
+	// A redeem too.
+	mustAdd(t, s, Credential{ID: "r", Provider: "q", Secret: "secret-r", Account: "org-r", BankedResets: 1, AutoRedeem: true})
+	if sw, err := other.UsageLimited(testCtx(t), "", "q", "r", time.Hour, true, "limit"); err != nil || !sw.Redeemed || sw.To.Account != "org-r" {
+		t.Errorf("UsageLimited(r) = %+v, %v; want a redeem of r of org-r", sw, err)
+	}
+	// A configuration credential added again takes its new account.
+	for _, acct := range []string{"one", "two", ""} {
+		if i := mustAdd(t, s, Credential{ID: "cfg", Provider: "k", Secret: "secret-cfg", Source: SourceConfig, Account: acct}); i.Account != acct {
+			t.Errorf("Add(cfg, %q) = %+v", acct, i)
+		}
+		c, _, err := other.Pick(testCtx(t), "", "k")
+		if want := cmp.Or(acct, "cfg"); err != nil || c.Account != want {
+			t.Errorf("Pick(k) = %v, %v; want account %s", c, err, want)
+		}
+	}
+	// A tenant's own.
+	mustAdd(t, s, Credential{ID: "own", Provider: "p", Secret: "secret-own", Owner: "t1", Account: "t1-org"})
+	if c, _, err := other.Pick(testCtx(t), "t1", "p"); err != nil || c.ID != "own" || c.Account != "t1-org" {
+		t.Errorf("Pick(t1) = %v, %v; want own of t1-org", c, err)
+	}
+	if _, err := s.Add(testCtx(t), Credential{ID: "bad", Provider: "p", Secret: "x", Account: "a\nb"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Add with a control character in the account = %v; want ErrInvalid", err)
+	}
 }
 
 func TestMemoryConformance(t *testing.T) {

@@ -79,12 +79,12 @@ func (c *memCred) key() credKey { return credKey{c.Owner, c.ID} }
 func (c *memCred) blocked(now time.Time) bool { return c.until.After(now) }
 
 func (c *memCred) cred() provider.Credential {
-	return provider.Credential{ID: c.ID, Secret: c.Secret}
+	return provider.Credential{ID: c.ID, Secret: c.Secret, Account: accountOf(c.Account, c.ID)}
 }
 
 func (c *memCred) info(now time.Time) Info {
 	i := Info{ID: c.ID, Provider: c.Provider, Source: c.Source, Owner: c.Owner, Status: StatusAvailable,
-		BankedResets: c.BankedResets, AutoRedeem: c.AutoRedeem}
+		BankedResets: c.BankedResets, AutoRedeem: c.AutoRedeem, Account: c.Account}
 	if c.blocked(now) {
 		i.Status, i.BlockedUntil, i.BlockReason, i.BlockEstimated = StatusBlocked, c.until, c.reason, c.est
 	}
@@ -129,7 +129,7 @@ func (m *Memory) Add(_ context.Context, c Credential) (Info, error) {
 		if old.Source != SourceConfig || c.Source != SourceConfig || old.Provider != c.Provider {
 			return Info{}, fmt.Errorf("%w: %s", ErrExists, c.ID)
 		}
-		old.Secret, old.AutoRedeem = c.Secret, c.AutoRedeem
+		old.Secret, old.AutoRedeem, old.Account = c.Secret, c.AutoRedeem, c.Account
 		old.BankedResets = max(0, old.BankedResets+c.BankedResets-old.seed)
 		old.seed = c.BankedResets
 		m.touchLocked(old)

@@ -58,7 +58,7 @@ const (
 // What Redis holds, per provider P (all keys of P share the hash tag
 // {prov:P}, hence one Cluster slot):
 //
-//	<prefix>{prov:P}:creds   HASH  id → secret (sealed with SecretKey, else clear), source, banked resets, auto-redeem
+//	<prefix>{prov:P}:creds   HASH  id → secret (sealed with SecretKey, else clear), source, banked resets, auto-redeem, account
 //	<prefix>{prov:P}:order   ZSET  rotation order
 //	<prefix>{prov:P}:blocks  HASH  id → blocked-until (Redis clock, ms), reason; TTL = the latest block's end
 //	<prefix>{prov:P}:meta    HASH  add sequence, rotation cursors, version, epoch
@@ -403,7 +403,7 @@ func (r *Redis) addRedis(ctx context.Context, c Credential) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	res, err := r.run(ctx, addScript, r.poolKeys(c.Provider, c.Owner), c.Owner, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8))
+	res, err := r.run(ctx, addScript, r.poolKeys(c.Provider, c.Owner), c.Owner, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8), c.Account)
 	if err != nil {
 		return Info{}, outageError{err}
 	}
@@ -592,15 +592,15 @@ func (r *Redis) parseRead(providerName string, res []any, withSecrets bool, tena
 	default:
 		return readResult{}, bad
 	}
-	if (len(res)-3)%10 != 0 {
+	if (len(res)-3)%11 != 0 {
 		return readResult{}, bad
 	}
 	rd.full, rd.owners = true, tenants
 	now := r.now()
-	for i := 3; i < len(res); i += 10 {
-		f := res[i : i+10]
+	for i := 3; i < len(res); i += 11 {
+		f := res[i : i+11]
 		c := memCred{Credential: Credential{Owner: str(f[0]), ID: str(f[1]), Provider: providerName, Source: str(f[2]),
-			BankedResets: int(num(f[3])), AutoRedeem: num(f[4]) == 1}, seed: int(num(f[5]))}
+			BankedResets: int(num(f[3])), AutoRedeem: num(f[4]) == 1, Account: str(f[10])}, seed: int(num(f[5]))}
 		if left := num(f[6]); left > 0 {
 			c.until, c.reason, c.est = now.Add(time.Duration(left)*time.Millisecond), str(f[7]), num(f[8]) == 1
 		}
@@ -649,13 +649,13 @@ func (r *Redis) parsePick(tenant, providerName string, res []any) (provider.Cred
 		// since the last sync, or Redis lost its data and the reconciler
 		// has not restored it yet. The local view answers either way.
 		return r.local.Pick(context.Background(), tenant, providerName)
-	case len(res) == 4 && num(res[0]) == 1:
+	case len(res) == 5 && num(res[0]) == 1:
 		id := str(res[1])
 		s, err := r.seal.open(providerName, ownerIf(res[3], tenant), id, str(res[2]))
 		if err != nil {
 			return provider.Credential{}, true, err
 		}
-		return provider.Credential{ID: id, Secret: s}, true, nil
+		return provider.Credential{ID: id, Secret: s, Account: accountOf(str(res[4]), id)}, true, nil
 	case len(res) == 2 && num(res[0]) == 0:
 		in := time.Duration(num(res[1])) * time.Millisecond
 		return provider.Credential{}, true, &AllBlockedError{Provider: providerName, Until: r.now().Add(in), In: in}
@@ -732,17 +732,17 @@ func (r *Redis) usageLimitedRedis(ctx context.Context, tenant, providerName, cre
 	switch status := num(res[0]); {
 	case status == -1:
 		return Switch{}, errUnknownInRedis
-	case (status == 1 && len(res) == 6) || (status == 2 && len(res) == 7):
+	case (status == 1 && len(res) == 7) || (status == 2 && len(res) == 8):
 		to, toOwner := str(res[1]), ownerIf(res[4], tenant)
 		if status == 2 {
 			toOwner = ownerIf(res[5], tenant)
 		}
-		home = ownerIf(res[len(res)-1], tenant)
+		home = ownerIf(res[len(res)-2], tenant)
 		s, err := r.seal.open(providerName, toOwner, to, str(res[2]))
 		if err != nil {
 			return Switch{}, err
 		}
-		sw = Switch{Switched: true, To: provider.Credential{ID: to, Secret: s}}
+		sw = Switch{Switched: true, To: provider.Credential{ID: to, Secret: s, Account: accountOf(str(res[len(res)-1]), to)}}
 		left = ms(res[3])
 		if status == 2 {
 			sw.Redeemed, sw.BankedLeft = true, int(num(res[4]))
@@ -937,7 +937,7 @@ func (r *Redis) restore(ctx context.Context, providerName, knownEpoch string, lo
 		if c.blocked(now) {
 			left = max(1, c.until.Sub(now).Milliseconds())
 		}
-		args = append(args, index[c.Owner], c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), c.seed, left, c.reason, b2i(c.est))
+		args = append(args, index[c.Owner], c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), c.seed, left, c.reason, b2i(c.est), c.Account)
 	}
 	res, err := r.run(ctx, restoreScript, r.keys(providerName, tenants...), args...)
 	if err != nil {

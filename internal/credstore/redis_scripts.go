@@ -8,7 +8,8 @@ import "github.com/redis/go-redis/v9"
 // first five are the provider's:
 //
 //	KEYS[1] <prefix>{prov:<provider>}:creds   HASH id → JSON {s: secret (sealed), src: "config"|"api",
-//	                                          b: banked resets, a: auto-redeem 0|1, seed: configured banked resets}
+//	                                          b: banked resets, a: auto-redeem 0|1, seed: configured banked resets,
+//	                                          acct: account (absent when the credential names none)}
 //	KEYS[2] <prefix>{prov:<provider>}:order   ZSET id, score = add sequence (the rotation order)
 //	KEYS[3] <prefix>{prov:<provider>}:blocks  HASH id → JSON {u: blocked until (ms, Redis clock), r: reason, e: estimated 0|1};
 //	                                          PEXPIRE'd to its latest block, so it vanishes when the last block ends
@@ -122,6 +123,11 @@ local function secret(p, id)
   return cjson.decode(redis.call('HGET', p.creds, id)).s
 end
 
+-- account is id's account as stored ('' when it names none).
+local function account(p, id)
+  return cjson.decode(redis.call('HGET', p.creds, id)).acct or ''
+end
+
 local function changed(epoch)
   redis.call('HSETNX', meta, 'epoch', epoch)
   redis.call('HINCRBY', meta, 'ver', 1)
@@ -148,7 +154,7 @@ end
 //	KEYS: the provider's five, then the tenant's three (none for the server's pool)
 //	ARGV[1] clock offset ms, [2] tenant ('' for the server's pool)
 //	returns {} when the pool has no credentials;
-//	        {1, id, sealed secret, own 0|1} for the picked credential;
+//	        {1, id, sealed secret, own 0|1, account} for the picked credential;
 //	        {0, ms until the earliest block ends} when all are blocked.
 var pickScript = redis.NewScript(luaPrelude + `
 local oids = ids(own)
@@ -158,12 +164,12 @@ local obl = {}
 if #oids > 0 then
   obl = active(own, false)
   local id = nextAvailable(own, oids, obl, '', {})
-  if id then return {1, id, secret(own, id), 1} end
+  if id then return {1, id, secret(own, id), 1, account(own, id)} end
 end
 local shadow = set(oids)
 local sbl = active(server, false)
 local id = nextAvailable(server, sids, sbl, '', shadow)
-if id then return {1, id, secret(server, id), 0} end
+if id then return {1, id, secret(server, id), 0, account(server, id)} end
 local earliest = nil
 for _, cid in ipairs(oids) do
   local b = obl[cid]
@@ -185,8 +191,9 @@ return {0, earliest - now}
 //	    [5] estimated 0|1, [6] reason, [7] minimum block left to redeem (ms),
 //	    [8] epoch to set if there is none
 //	returns {-1} when the pool has no such credential;
-//	        {1, sibling id, sealed secret, ms the credential stays blocked, sibling own 0|1, credential own 0|1};
-//	        {2, redeemed id, sealed secret, ms the credential stays blocked, banked resets left, redeemed own 0|1, credential own 0|1};
+//	        {1, sibling id, sealed secret, ms the credential stays blocked, sibling own 0|1, credential own 0|1, sibling account};
+//	        {2, redeemed id, sealed secret, ms the credential stays blocked, banked resets left, redeemed own 0|1, credential own 0|1,
+//	            redeemed account};
 //	        {0, ms the credential stays blocked, has sibling 0|1, ms until the earliest sibling frees up, credential own 0|1}.
 var usageLimitedScript = redis.NewScript(luaPrelude + `
 local id = ARGV[3]
@@ -208,7 +215,7 @@ if own then to, tp = nextAvailable(own, oids, obl, id, {}), own end
 if not to then to, tp = nextAvailable(server, sids, sbl, id, shadow), server end
 if to then
   expire(h, hbl)
-  return {1, to, secret(tp, to), left, isOwn(tp), hown}
+  return {1, to, secret(tp, to), left, isOwn(tp), hown, account(tp, to)}
 end
 local minLeft = tonumber(ARGV[7])
 local cands = {{h, hbl, id}}
@@ -231,7 +238,7 @@ for _, c in ipairs(cands) do
       expire(h, hbl)
       if p ~= h then expire(p, bl) end
       if p == h and cid == id then left = 0 end
-      return {2, cid, rec.s, left, rec.b, isOwn(p), hown}
+      return {2, cid, rec.s, left, rec.b, isOwn(p), hown, rec.acct or ''}
     end
   end
 end
@@ -272,7 +279,8 @@ return {1}
 //
 //	KEYS: the provider's five, then the owner's three (none for a server credential)
 //	ARGV[1] clock offset ms, [2] owner ('' for the server), [3] id, [4] sealed secret,
-//	    [5] source, [6] banked resets, [7] auto-redeem 0|1, [8] epoch to set if there is none
+//	    [5] source, [6] banked resets, [7] auto-redeem 0|1, [8] epoch to set if there is none,
+//	    [9] account ('' for none)
 //	returns {'exists', epoch} when the id is taken (by the owner, or by a
 //	        server credential for a tenant owner);
 //	        {'added'|'updated', epoch, banked resets, ms blocked (0: not), reason, estimated 0|1}.
@@ -289,6 +297,7 @@ if raw then
   rec = cjson.decode(raw)
   if rec.src ~= 'config' or src ~= 'config' then return {'exists', epoch} end
   rec.s, rec.a = ARGV[4], tonumber(ARGV[7])
+  rec.acct = nil
   rec.b = math.max(0, rec.b + banked - rec.seed)
   rec.seed = banked
   status = 'updated'
@@ -299,6 +308,7 @@ else
   if own then redis.call('SADD', owners, own.name) end
   status = 'added'
 end
+if ARGV[9] ~= '' then rec.acct = ARGV[9] end
 redis.call('HSET', p.creds, id, cjson.encode(rec))
 redis.call('HINCRBY', meta, 'ver', 1)
 local b = active(p, false)[id]
@@ -345,7 +355,8 @@ return {1}
 //	        tenants given are not the owners (call again with those);
 //	        else {epoch, version, 1, then per credential: owner ('' for the server),
 //	        id, source, banked resets, auto-redeem 0|1, configured banked resets,
-//	        ms blocked (0: not), reason, estimated 0|1, sealed secret ('' without secrets)}.
+//	        ms blocked (0: not), reason, estimated 0|1, sealed secret ('' without secrets),
+//	        account ('' for none)}.
 var readScript = redis.NewScript(luaPrelude + `
 local epoch = redis.call('HGET', meta, 'epoch') or ''
 local ver = redis.call('HGET', meta, 'ver') or '0'
@@ -373,7 +384,7 @@ local function list(p)
     if b then left, reason, est = b.u - now, b.r, b.e end
     local s = ''
     if ARGV[3] == '1' then s = rec.s end
-    for _, v in ipairs({p.name, id, rec.src, rec.b, rec.a, rec.seed, left, reason, est, s}) do
+    for _, v in ipairs({p.name, id, rec.src, rec.b, rec.a, rec.seed, left, reason, est, s, rec.acct or ''}) do
       table.insert(out, v)
     end
   end
@@ -392,9 +403,9 @@ return out
 //	KEYS: the provider's five, then three per tenant given
 //	ARGV[1] clock offset ms, [2] '', [3] epoch to set if there is none, [4] the epoch the
 //	    replica knew, [5] number of tenants m, [6…5+m] the tenants, then the number of
-//	    credentials n, then n times 10 values: owner (0: the server, i: the i-th tenant),
+//	    credentials n, then n times 11 values: owner (0: the server, i: the i-th tenant),
 //	    id, sealed secret, source, banked resets, auto-redeem 0|1, configured banked
-//	    resets, ms blocked (0: not), reason, estimated 0|1
+//	    resets, ms blocked (0: not), reason, estimated 0|1, account ('' for none)
 //	returns {epoch, credentials added}; nothing changes when the epoch is
 //	    still the known one.
 var restoreScript = redis.NewScript(luaPrelude + `
@@ -411,11 +422,12 @@ end
 local added = 0
 local n = tonumber(ARGV[6 + m])
 for i = 0, n - 1 do
-  local a = 7 + m + i * 10
+  local a = 7 + m + i * 11
   local o = tonumber(ARGV[a])
   local p, bl, id = pools[o], bls[o], ARGV[a + 1]
   if redis.call('HEXISTS', p.creds, id) == 0 then
     local rec = {s = ARGV[a + 2], src = ARGV[a + 3], b = tonumber(ARGV[a + 4]), a = tonumber(ARGV[a + 5]), seed = tonumber(ARGV[a + 6])}
+    if ARGV[a + 10] ~= '' then rec.acct = ARGV[a + 10] end
     redis.call('HSET', p.creds, id, cjson.encode(rec))
     redis.call('ZADD', p.order, redis.call('HINCRBY', meta, 'seq', 1), id)
     if o > 0 then redis.call('SADD', owners, p.name) end

@@ -255,7 +255,7 @@ func TestRedisDataLoss(t *testing.T) {
 	ctx := testCtx(t)
 	s := newRedisStore(t, c, RedisOptions{KeyPrefix: "loss:", SyncInterval: 20 * time.Millisecond})
 	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a"})
-	mustAdd(t, s, Credential{ID: "b", Provider: "p", Secret: "secret-b", BankedResets: 2})
+	mustAdd(t, s, Credential{ID: "b", Provider: "p", Secret: "secret-b", BankedResets: 2, Account: "org-b"})
 	usageLimited(t, s, "a", time.Hour, true)
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func TestRedisDataLoss(t *testing.T) {
 			c.SIsMember(ctx, "loss:providers", "p").Val()
 	})
 	s2 := newRedisStore(t, c, RedisOptions{KeyPrefix: "loss:"})
-	if b := infoOf(t, s2, "p", "b"); b.BankedResets != 2 || b.Source != SourceAPI {
+	if b := infoOf(t, s2, "p", "b"); b.BankedResets != 2 || b.Source != SourceAPI || b.Account != "org-b" {
 		t.Errorf("b restored = %+v", b)
 	}
 	if id := pickID(t, s2, "p"); id != "b" {

@@ -62,7 +62,7 @@ type Store interface {
 	// tenant owns. IDs are unique across providers within an owner, and a
 	// tenant's may not be a server credential's. Adding a SourceConfig
 	// credential whose ID exists as a SourceConfig credential of the same
-	// provider updates it (secret, auto-redeem, and the banked-reset count
+	// provider updates it (secret, auto-redeem, account, and the banked-reset count
 	// by the change of its configured value) and keeps its state, so every
 	// replica can add its configuration at start. Anything else with an
 	// existing ID is ErrExists.
@@ -200,6 +200,21 @@ type Credential struct {
 	// AutoRedeem lets UsageLimited spend a banked reset of this credential
 	// without asking (opt-in).
 	AutoRedeem bool
+	// Account is the account (organisation) the credential belongs to at
+	// its provider, which reasoning state is bound to: credentials naming
+	// the same account share it. Empty: the credential is an account of
+	// its own (its ID). Pick and UsageLimited return it in
+	// provider.Credential.Account, filled in with the ID when empty.
+	Account string
+}
+
+// accountOf is the account a credential's picks carry: its Account, else
+// its ID.
+func accountOf(account, id string) string {
+	if account != "" {
+		return account
+	}
+	return id
 }
 
 // String never prints the secret.
@@ -212,8 +227,8 @@ func (c Credential) String() string {
 
 // GoString never prints the secret.
 func (c Credential) GoString() string {
-	return fmt.Sprintf("credstore.Credential{ID:%q, Provider:%q, Secret:<redacted>, Source:%q, Owner:%q, BankedResets:%d, AutoRedeem:%t}",
-		c.ID, c.Provider, c.Source, c.Owner, c.BankedResets, c.AutoRedeem)
+	return fmt.Sprintf("credstore.Credential{ID:%q, Provider:%q, Secret:<redacted>, Source:%q, Owner:%q, BankedResets:%d, AutoRedeem:%t, Account:%q}",
+		c.ID, c.Provider, c.Source, c.Owner, c.BankedResets, c.AutoRedeem, c.Account)
 }
 
 // Format makes every fmt verb (%v, %+v, %#v, %s, %d, …) print String or
@@ -229,7 +244,7 @@ func (c Credential) Format(f fmt.State, verb rune) {
 // LogValue keeps the secret out of slog.
 func (c Credential) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("id", c.ID), slog.String("provider", c.Provider), slog.String("source", c.Source),
-		slog.String("owner", c.Owner))
+		slog.String("owner", c.Owner), slog.String("account", c.Account))
 }
 
 // Info is a credential's state without its secret, as listings show it.
@@ -244,6 +259,9 @@ type Info struct {
 	BlockEstimated bool
 	BankedResets   int
 	AutoRedeem     bool
+	// Account is the credential's account as it was given ("" when none
+	// was: the credential is an account of its own).
+	Account string
 }
 
 // Switch is the outcome of UsageLimited.
@@ -275,6 +293,8 @@ func normalize(c Credential) (Credential, error) {
 		return c, fmt.Errorf("%w: id is longer than 200 bytes or has control characters", ErrInvalid)
 	case len(c.Owner) > 200 || strings.IndexFunc(c.Owner, unicode.IsControl) >= 0:
 		return c, fmt.Errorf("%w: owner is longer than 200 bytes or has control characters", ErrInvalid)
+	case len(c.Account) > 200 || strings.IndexFunc(c.Account, unicode.IsControl) >= 0 || !utf8.ValidString(c.Account):
+		return c, fmt.Errorf("%w: %s: account is longer than 200 bytes or has control characters", ErrInvalid, c.ID)
 	case c.Owner != "" && c.Source == SourceConfig:
 		return c, fmt.Errorf("%w: %s: a configuration credential serves every tenant and has no owner", ErrInvalid, c.ID)
 	}

@@ -157,6 +157,20 @@ type Tool struct {
 type Credential struct {
 	ID     string
 	Secret string
+	// Account is the account (organisation) the credential belongs to at
+	// its provider: the one that reasoning state is bound to. Credentials
+	// of one account share it; empty: the credential is an account of its
+	// own (see AccountName).
+	Account string
+}
+
+// AccountName is the credential's account: Account, else its ID (a
+// credential without an account is an account of its own).
+func (c Credential) AccountName() string {
+	if c.Account != "" {
+		return c.Account
+	}
+	return c.ID
 }
 
 // String never prints the secret.
@@ -164,7 +178,7 @@ func (c Credential) String() string { return "credential(" + c.ID + ")" }
 
 // GoString never prints the secret.
 func (c Credential) GoString() string {
-	return fmt.Sprintf("provider.Credential{ID:%q, Secret:<redacted>}", c.ID)
+	return fmt.Sprintf("provider.Credential{ID:%q, Secret:<redacted>, Account:%q}", c.ID, c.Account)
 }
 
 // Format makes every fmt verb print String or GoString, never the secret.

@@ -131,6 +131,17 @@ func StripForeignReasoning(msgs []Message, target Origin) []Message {
 	return stripMessages(msgs, func(b *Block) bool { return !b.Origin.Matches(target) })
 }
 
+// StripReasoningFor returns msgs without the reasoning state that would be
+// sent to target: the blocks whose Origin matches it (Origin.Matches; those
+// of unknown origin included). It is what to drop after target refused the
+// state it was sent although the origins matched (its account changed, say):
+// other origins' state, which target was not sent, stays for a later call
+// to them. Messages without such state are shared with msgs; msgs itself
+// is not modified.
+func StripReasoningFor(msgs []Message, target Origin) []Message {
+	return stripMessages(msgs, func(b *Block) bool { return b.Origin.Matches(target) })
+}
+
 func stripMessages(msgs []Message, strip func(*Block) bool) []Message {
 	var out []Message
 	for i := range msgs {

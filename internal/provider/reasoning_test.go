@@ -73,6 +73,29 @@ func TestStripForeignReasoning(t *testing.T) {
 	}
 }
 
+// StripReasoningFor drops what a target was sent (its own and unknown
+// origins') and keeps the rest for later calls to the others.
+func TestStripReasoningFor(t *testing.T) {
+	msgs := []Message{assistant(redacted, signed, textBlock), assistant(reasoning, unknown)}
+	orig := clone(msgs)
+	var kept []string
+	for _, m := range StripReasoningFor(msgs, Origin{Provider: "anthropic", Model: "claude-a", Account: "acct-1"}) {
+		for _, b := range m.Content {
+			for _, s := range []string{b.Data, b.Signature, b.ReasoningID} {
+				if s != "" {
+					kept = append(kept, s)
+				}
+			}
+		}
+	}
+	if want := []string{"rs_1"}; !reflect.DeepEqual(kept, want) {
+		t.Errorf("kept %q, want %q", kept, want)
+	}
+	if !reflect.DeepEqual(msgs, orig) {
+		t.Errorf("StripReasoningFor modified its input")
+	}
+}
+
 func TestSetOrigin(t *testing.T) {
 	o := Origin{Provider: "p", Model: "m", Account: "a"}
 	m := assistant(textBlock, signed)
