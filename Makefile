@@ -28,6 +28,18 @@ build: ## Build bin/agentd
 test: vet lint checkgenerate ## vet, buf lint, generated-code check, then every test with -race, then the browser tests
 	go test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory test-browser
+	@$(MAKE) --no-print-directory test-summary
+
+# What a green make test did not check, said at the end where it is seen.
+.PHONY: test-summary
+test-summary:
+	@missing=""; \
+	command -v buf >/dev/null || missing="$$missing\n  buf lint and the generated-code check (make tools)"; \
+	command -v redis-server >/dev/null || missing="$$missing\n  the Redis tests: credential, session and topology stores (apt-get install redis-server)"; \
+	{ [ -x "$(CHROMIUM)" ] && command -v npm >/dev/null; } || missing="$$missing\n  the browser tests (apt-get install chromium npm)"; \
+	command -v promtool >/dev/null || missing="$$missing\n  promtool's checks of the alert rules (deploy/prometheus)"; \
+	command -v kubectl >/dev/null || missing="$$missing\n  kubectl kustomize of deploy/kubernetes"; \
+	if [ -n "$$missing" ]; then printf "make test passed, without:$$missing\n"; else echo "make test passed: every check ran"; fi
 
 # Browser tests (e2e/browser): headless Chromium from Debian's chromium
 # package, driven by playwright-core, against a freshly built agentd.

@@ -3,6 +3,7 @@
 //
 //	agentd serve [--config FILE] [--grpc-addr ADDR] [--http-addr ADDR]
 //	agentd classify < errors.jsonl
+//	agentd version
 package main
 
 import (
@@ -14,6 +15,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +32,7 @@ const usage = `agentd hosts LLM agent sessions that survive provider failures.
 Usage:
   agentd serve [--config FILE] [--grpc-addr ADDR] [--http-addr ADDR] [--log-format auto|json|text]
   agentd classify     read provider errors as JSON lines on stdin, print retry verdicts
+  agentd version      print the version
   agentd chat [--addr ADDR] [--token T] [--session ID | --model PROVIDER/MODEL]   a session in the terminal
   agentd mock-provider [--listen ADDR] [--faults SCRIPT] …   a mock LLM provider for chaos testing
   agentd bench [--rounds N] [--out DIR] [SCENARIO…]   load tests against agentd (see BENCHMARKS.md)
@@ -49,10 +53,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "serve":
 		return serve(args[1:], stderr)
 	case "classify":
-		if err := runClassify(stdin, stdout, time.Now); err != nil {
-			fmt.Fprintln(stderr, "agentd classify:", err)
-			return 1
-		}
+		return classifyCommand(args[1:], stdin, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, versionLine())
 		return 0
 	case "chat":
 		return runChat(args[1:], stdin, stdout, stderr)
@@ -77,6 +80,13 @@ func serve(args []string, stderr io.Writer) int {
 	httpAddr := fs.String("http-addr", "", "HTTP listen address (overrides listen.http; default 127.0.0.1:8080)")
 	logFormat := fs.String("log-format", "auto", "log format: json, text, or auto (text on a terminal, else json)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "agentd serve: unexpected argument %q (flags only; see agentd serve -h)\n", fs.Arg(0))
 		return 2
 	}
 	var handler slog.Handler
@@ -164,4 +174,69 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 		ctx = context.Background()
 	}
 	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
+}
+
+// classifyCommand is `agentd classify`: no flags, input on stdin.
+func classifyCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("classify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: agentd classify < errors.jsonl
+
+Reads provider errors as JSON lines on stdin, one error each:
+  {"message": "...", "status": 429, "headers": {"retry-after": "20"}, "api": "anthropic",
+   "code": "...", "stopReason": "error", "stopDetails": "refusal", "observableOutput": false}
+(all but message optional) and writes one verdict line each:
+  {"retryable": true, "class": "transient", "retryAfterMs": 20000, "reason": "..."}
+`)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "agentd classify: unexpected argument %q: the errors come on stdin (agentd classify -h)\n", fs.Arg(0))
+		return 2
+	}
+	if f, ok := stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintln(stderr, "agentd classify: reading provider errors as JSON lines from the terminal (one per line; Ctrl-D ends; agentd classify -h)")
+		}
+	}
+	if err := runClassify(stdin, stdout, time.Now); err != nil {
+		fmt.Fprintln(stderr, "agentd classify:", err)
+		return 1
+	}
+	return 0
+}
+
+// versionLine names the build: the module version, or the VCS revision a
+// source build records.
+func versionLine() string {
+	v, rev, dirty := "(devel)", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	line := "agentd " + v
+	if rev != "" {
+		line += " " + rev[:min(12, len(rev))]
+		if dirty {
+			line += "-dirty"
+		}
+	}
+	return line + " " + runtime.Version()
 }

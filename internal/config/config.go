@@ -167,7 +167,7 @@ type Provider struct {
 	Name        string            `yaml:"name"`
 	Kind        string            `yaml:"kind"`
 	BaseURL     string            `yaml:"base_url"`
-	Models      []string          `yaml:"models"`
+	Models      []Model           `yaml:"models"`
 	Credentials []Credential      `yaml:"credentials"`
 	TimeoutMs   int64             `yaml:"timeout_ms"`
 	Headers     map[string]string `yaml:"headers"`
@@ -198,6 +198,11 @@ type Credential struct {
 	// AutoRedeem lets a usage limit spend one of the credential's banked
 	// resets to unblock it at once (opt-in).
 	AutoRedeem bool `yaml:"auto_redeem"`
+	// Account names the account (organisation) of the key at its
+	// provider, which reasoning state is bound to: credentials naming the
+	// same account share it (a rotation between them keeps thinking).
+	// Empty: the credential is an account of its own.
+	Account string `yaml:"account"`
 }
 
 // Sessions tunes the session engine.
@@ -463,12 +468,10 @@ func (c *Config) finishProviders() error {
 		}
 
 		if p.Kind == provider.KindSimulated && len(p.Models) == 0 {
-			p.Models = []string{"echo", "backup"}
+			p.Models = []Model{{Name: "echo"}, {Name: "backup"}}
 		}
-		for j, m := range p.Models {
-			if strings.TrimSpace(m) == "" || strings.Contains(m, "/") && p.Kind == provider.KindSimulated {
-				return fmt.Errorf("config: %s.models[%d]: %q is not a model name", key, j, m)
-			}
+		if err := p.checkModels(key); err != nil {
+			return err
 		}
 		for j := range p.Credentials {
 			cr := &p.Credentials[j]
@@ -497,6 +500,9 @@ func (c *Config) finishProviders() error {
 			}
 			if cr.BankedResets < 0 {
 				return fmt.Errorf("config: %s.banked_resets: must be >= 0", ckey)
+			}
+			if cr.Account != "" && !idPattern.MatchString(cr.Account) {
+				return fmt.Errorf("config: %s.account: %q must match %s", ckey, cr.Account, idPattern)
 			}
 		}
 	}
@@ -651,7 +657,8 @@ var (
 	sections = map[string]string{
 		"Config": "", "Listen": "listen.", "Store": "store.", "Redis": "store.redis.",
 		"Retry": "retry.", "Auth": "auth.", "Token": "auth.tokens[].", "Provider": "providers[].",
-		"Credential": "providers[].credentials[].", "Sessions": "sessions.",
+		"Credential": "providers[].credentials[].", "Model": "providers[].models[].",
+		"ModelPrice": "providers[].models[].price.", "Sessions": "sessions.",
 		"Limits": "limits.", "Metrics": "metrics.", "HTTP": "http.", "CORS": "http.cors.",
 	}
 )

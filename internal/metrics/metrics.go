@@ -80,6 +80,7 @@ type Metrics struct {
 	StoreOperations    *prometheus.CounterVec
 	StoreErrors        *prometheus.CounterVec
 	StoreDegraded      prometheus.Gauge
+	StoreWritable      prometheus.Gauge
 	Takeovers          *prometheus.CounterVec
 	RedisRoundTrips    *prometheus.CounterVec
 	RedisRoundTripTime *prometheus.HistogramVec
@@ -144,6 +145,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Credential-store operations that failed, by backend and operation."}, []string{"backend", "op"}),
 		StoreDegraded: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_degraded",
 			Help: "1 while the shared store (Redis) is unreachable and agentd runs on its local view."}),
+		StoreWritable: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_writable",
+			Help: "1 when the store's last write probe (at start and behind /readyz, at most one a second) succeeded on every master, 0 when it failed; always 1 with the memory store."}),
 		Takeovers: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "session_takeovers_total",
 			Help: "Running prompts that changed replica, by outcome: resumed (a lost replica's retry resumed here), ended (a lost replica's prompt ended here), handed_over (a retry in backoff handed to the others at shutdown), lease_lost (a prompt stopped here when its lease was lost)."},
 			[]string{"outcome"}),
@@ -324,7 +327,7 @@ func OptionsFor(cfg *config.Config) Options {
 	var o Options
 	for _, p := range cfg.Providers {
 		o.Providers = append(o.Providers, p.Name)
-		for _, m := range p.Models {
+		for _, m := range p.ModelNames() {
 			o.Models = append(o.Models, p.Name+"/"+m)
 		}
 	}

@@ -138,7 +138,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		if err != nil {
 			return nil, fmt.Errorf("providers %s: %w", pc.Name, err)
 		}
-		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.Models, Client: client})
+		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(), Client: client})
 		providerNames[pc.Name] = true
 	}
 	s.sessions = session.NewManager(session.Options{

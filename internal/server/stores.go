@@ -64,7 +64,8 @@ func (s *Server) openStores(ctx context.Context) error {
 	for _, pc := range cfg.Providers {
 		for _, c := range pc.Credentials {
 			if _, err := s.creds.Add(ctx, credstore.Credential{ID: c.ID, Provider: pc.Name, Secret: c.APIKey,
-				Source: credstore.SourceConfig, BankedResets: c.BankedResets, AutoRedeem: c.AutoRedeem || pc.AutoRedeem}); err != nil {
+				Source: credstore.SourceConfig, BankedResets: c.BankedResets, AutoRedeem: c.AutoRedeem || pc.AutoRedeem,
+				Account: c.Account}); err != nil {
 				return fmt.Errorf("providers %s: credential %s: %w", pc.Name, c.ID, err)
 			}
 		}

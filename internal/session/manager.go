@@ -69,7 +69,19 @@ type Provider struct {
 	Name   string
 	Kind   string
 	Models []string // when non-empty, the only models it serves
-	Client provider.Provider
+	// Catalog is what the configuration's model catalog says of its models,
+	// by name (a model without an entry is unknown: nothing is checked).
+	Catalog map[string]provider.ModelInfo
+	Client  provider.Provider
+}
+
+// ModelInfo is the catalog's entry for model (Name set even when the
+// catalog has none).
+func (p Provider) ModelInfo(model string) provider.ModelInfo {
+	if info, ok := p.Catalog[model]; ok {
+		return info
+	}
+	return provider.ModelInfo{Name: model}
 }
 
 // PromptValidator is implemented by providers that can reject a prompt
