@@ -107,13 +107,35 @@ type Store struct {
 	Redis   Redis  `yaml:"redis"`
 }
 
-// Redis configures the Redis store.
+// Redis configures the Redis store: one server (Addr), a Cluster (Addrs
+// and Cluster) or a Sentinel-managed master (Addrs and MasterName).
 type Redis struct {
-	// Addr is host:port, or several separated by commas (Cluster).
-	Addr      string `yaml:"addr"`
-	DB        int    `yaml:"db"`
-	KeyPrefix string `yaml:"key_prefix"`
-	// TimeoutMs bounds each Redis call (default 500).
+	// Addr is one server's host:port (default 127.0.0.1:6379 when Addrs
+	// is empty).
+	Addr string `yaml:"addr"`
+	// Addrs are a Cluster's seed nodes (with Cluster) or the Sentinels
+	// (with MasterName), host:port each.
+	Addrs []string `yaml:"addrs"`
+	// Cluster: Addrs are Redis Cluster nodes; DB must be 0.
+	Cluster bool `yaml:"cluster"`
+	// MasterName is the master the Sentinels at Addrs watch.
+	MasterName string `yaml:"master_name"`
+	// PasswordEnv and SentinelPasswordEnv name environment variables
+	// holding Redis' password (AUTH; every node of a Cluster) and the
+	// Sentinels' own.
+	PasswordEnv         string `yaml:"password_env"`
+	SentinelPasswordEnv string `yaml:"sentinel_password_env"`
+	Password            string `yaml:"-"`
+	SentinelPassword    string `yaml:"-"`
+	// MinReplicaAcks, when > 0, makes session creation and a prompt's end
+	// wait (WAIT) until that many replicas of the session's master have
+	// them; fewer within the wait is an error (default 0: no wait).
+	MinReplicaAcks int    `yaml:"min_replica_acks"`
+	DB             int    `yaml:"db"`
+	KeyPrefix      string `yaml:"key_prefix"`
+	// TimeoutMs bounds each Redis call: a dial, a command's write and
+	// read, the wait for a pooled connection, and each store operation
+	// (default 500, see redisconn.DefaultTimeout).
 	TimeoutMs int64 `yaml:"timeout_ms"`
 	// SyncIntervalMs is how often a replica refreshes its local view of the
 	// credential store and, while Redis is unreachable, probes it (default
@@ -316,32 +338,8 @@ func (c *Config) finish() error {
 	default:
 		return fmt.Errorf("config: store.backend: %q is not memory or redis", c.Store.Backend)
 	}
-	if c.Store.Redis.Addr == "" {
-		c.Store.Redis.Addr = DefaultRedisAddr
-	}
-	if c.Store.Redis.KeyPrefix == "" {
-		c.Store.Redis.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.Store.Redis.DB < 0 {
-		return fmt.Errorf("config: store.redis.db: must be >= 0, got %d", c.Store.Redis.DB)
-	}
-	if c.Store.Redis.TimeoutMs < 0 || c.Store.Redis.TimeoutMs > 10000 {
-		return fmt.Errorf("config: store.redis.timeout_ms: must be between 0 and 10000, got %d", c.Store.Redis.TimeoutMs)
-	}
-	if c.Store.Redis.SyncIntervalMs < 0 || c.Store.Redis.SyncIntervalMs > 60000 {
-		return fmt.Errorf("config: store.redis.sync_interval_ms: must be between 0 and 60000, got %d", c.Store.Redis.SyncIntervalMs)
-	}
-	if c.Store.Redis.LeaseMs != 0 && (c.Store.Redis.LeaseMs < 300 || c.Store.Redis.LeaseMs > 600000) {
-		return fmt.Errorf("config: store.redis.lease_ms: must be between 300 and 600000, got %d", c.Store.Redis.LeaseMs)
-	}
-	if err := envName("store.redis.secret_key_env", c.Store.Redis.SecretKeyEnv); err != nil {
+	if err := c.Store.Redis.finish(); err != nil {
 		return err
-	}
-	if env := c.Store.Redis.SecretKeyEnv; env != "" {
-		c.Store.Redis.SecretKey = os.Getenv(env)
-		if n := len(c.Store.Redis.SecretKey); n != 16 && n != 24 && n != 32 {
-			return fmt.Errorf("config: store.redis.secret_key_env: %s must hold a 16, 24 or 32-byte key, got %d bytes", env, n)
-		}
 	}
 	if c.Sessions.EventBuffer == 0 {
 		c.Sessions.EventBuffer = DefaultEventBuffer

@@ -1,26 +1,38 @@
-// Package redistest runs a redis-server of a test's own on a free loopback
-// port, keeping nothing on disk, for the tests of the Redis-backed stores.
+// Package redistest runs redis-servers of a test's own on free loopback
+// ports, keeping nothing on disk but what a node needs, for the tests of the
+// Redis-backed stores: one server (Start), a 6-node Cluster (StartCluster)
+// or a master, a replica and 3 Sentinels (StartSentinel), with helpers to
+// kill a node (SIGKILL, like a crash) and wait for the topology to heal.
 // .ci/run installs redis-server; without it the tests that need one skip.
+// Every wait polls Redis' own state within a bounded time.
 package redistest
 
 import (
 	"bufio"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// redisServer is a redis-server of the test's own, on a free loopback port,
-// keeping nothing on disk. It is killed when the test ends.
+// Server is a redis-server of the test's own, on a free loopback port. It
+// is killed when the test ends.
 type Server struct {
-	t      *testing.T
-	port   int
+	t    *testing.T
+	port int
+	dir  string   // --dir ("": a temporary one)
+	conf string   // a configuration file, first argument ("": none)
+	args []string // more arguments
+
+	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
+	out    *logBuffer
 }
 
 // Start starts a redis-server, or skips the test when there is none on
@@ -37,7 +49,14 @@ func Start(t *testing.T) *Server {
 func New(t *testing.T) *Server {
 	t.Helper()
 	Require(t)
-	s := &Server{t: t, port: freePort(t)}
+	s := &Server{t: t, port: freePort(t), out: &logBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if tail := s.out.tail(2048); tail != "" {
+				t.Logf("redis-server %d said:\n%s", s.port, tail)
+			}
+		}
+	})
 	t.Cleanup(s.Kill)
 	return s
 }
@@ -47,6 +66,16 @@ func Require(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not on PATH: skipping the Redis store tests (apt-get install redis-server)")
+	}
+}
+
+// RequireCLI skips the test when redis-cli is not on PATH (a Cluster is
+// created with it).
+func RequireCLI(t *testing.T) {
+	t.Helper()
+	Require(t)
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Skip("redis-cli is not on PATH: skipping the Redis Cluster tests (apt-get install redis-tools)")
 	}
 }
 
@@ -63,21 +92,36 @@ func freePort(t *testing.T) int {
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
+// Port is the server's port.
+func (s *Server) Port() int { return s.port }
+
 // Start runs redis-server on its port and waits until it answers PING.
 func (s *Server) Start() {
 	s.t.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.t.TempDir(), "--loglevel", "warning")
-	var out strings.Builder
-	s.cmd.Stdout, s.cmd.Stderr = &out, &out
-	if err := s.cmd.Start(); err != nil {
+	dir := s.dir
+	if dir == "" {
+		dir = s.t.TempDir()
+	}
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	args = append(args, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	args = append(args, s.args...)
+	cmd := exec.Command("redis-server", args...)
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("redis-server: %v", err)
 	}
-	s.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, exited chan struct{}) {
+	exited := make(chan struct{})
+	go func() {
 		_ = cmd.Wait()
 		close(exited)
-	}(s.cmd, s.exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
 
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
@@ -85,8 +129,8 @@ func (s *Server) Start() {
 	defer tick.Stop()
 	for !s.ping() {
 		select {
-		case <-s.exited:
-			s.t.Fatalf("redis-server on port %d exited:\n%s", s.port, out.String())
+		case <-exited:
+			s.t.Fatalf("redis-server on port %d exited:\n%s", s.port, s.out.tail(4096))
 		case <-deadline.C:
 			s.Kill()
 			s.t.Fatalf("redis-server on port %d does not answer PING after 5s", s.port)
@@ -109,12 +153,56 @@ func (s *Server) ping() bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-// Kill stops redis-server (SIGKILL: no shutdown, like a crash).
+// Kill stops redis-server (SIGKILL: no shutdown, like a crash) and waits
+// for it to exit. Killing a stopped server does nothing.
 func (s *Server) Kill() {
-	if s.cmd == nil {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	s.cmd = nil
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Running reports whether the server runs (not killed).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// logBuffer keeps what a server prints.
+type logBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	if len(l.b) > 64<<10 {
+		l.b = append([]byte(nil), l.b[len(l.b)-32<<10:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logBuffer) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.b) > n {
+		return string(l.b[len(l.b)-n:])
+	}
+	return string(l.b)
+}
+
+// mkdir makes a node's directory.
+func mkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 }

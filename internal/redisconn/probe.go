@@ -1,0 +1,235 @@
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The readiness probe.
+const (
+	// ProbeTimeout bounds one probe.
+	ProbeTimeout = time.Second
+	// ProbeCache is how long Writable answers from the last probe.
+	ProbeCache = time.Second
+	// probeKeyTTL is the life of a probe key.
+	probeKeyTTL = 10 * time.Second
+	// numSlots is a Cluster's number of hash slots.
+	numSlots = 16384
+)
+
+// NotWritableError is why the probe could not write.
+type NotWritableError struct {
+	// Reason is READONLY, MOVED, CLUSTERDOWN, LOADING, NOAUTH, timeout,
+	// unreachable, … (a Redis error's first word, or what failed).
+	Reason string
+	// Node is the Cluster master the write went to ("" otherwise).
+	Node string
+	// Hint says what to check, when there is something to say.
+	Hint string
+	Err  error
+}
+
+func (e *NotWritableError) Error() string {
+	s := e.Reason
+	if e.Node != "" {
+		s += " on " + e.Node
+	}
+	s += ": " + e.Err.Error()
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
+func (e *NotWritableError) Unwrap() error { return e.Err }
+
+// prober caches the probe's answer.
+type prober struct {
+	c    *Conn
+	id   string // this process' probe keys
+	tags sync.Map
+
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (p *prober) init(c *Conn) {
+	p.c, p.id = c, newID()
+}
+
+// Writable reports whether the store can write now: nil, or a
+// *NotWritableError. It answers from the last probe for ProbeCache, so
+// that readiness checks cost Redis little; calls during a probe wait for
+// it (at most ProbeTimeout).
+func (c *Conn) Writable(ctx context.Context) error {
+	p := &c.probe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() && time.Since(p.at) < ProbeCache {
+		return p.err
+	}
+	// The caller going away does not make the store unwritable.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ProbeTimeout)
+	defer cancel()
+	p.err, p.at = c.Probe(pctx), time.Now()
+	return p.err
+}
+
+// Probe writes a key of this process with a short TTL (SET PX): on the
+// server (Single, Sentinel's master) or on every master of a Cluster. It
+// returns nil or a *NotWritableError. A single server that turns out to
+// be a Cluster node fails it with MOVED, even when the probe's own key
+// is in one of its slots.
+func (c *Conn) Probe(ctx context.Context) error {
+	if c.topology == Cluster {
+		return c.probeCluster(ctx)
+	}
+	pipe := c.client.Pipeline()
+	set := pipe.Set(ctx, c.o.KeyPrefix+"probe:"+c.probe.id, "1", probeKeyTTL)
+	info := pipe.Info(ctx, "cluster")
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
+		return c.notWritable(err, "")
+	}
+	if strings.Contains(info.Val(), "cluster_enabled:1") {
+		return c.notWritable(errors.New("MOVED: the server is a Redis Cluster node, whose other slots answer MOVED"), "")
+	}
+	return nil
+}
+
+// probeCluster writes a key in the first slot of each master's ranges, as
+// the Cluster client routes it.
+func (c *Conn) probeCluster(ctx context.Context) error {
+	slots, err := c.cluster.ClusterSlots(ctx).Result()
+	if err != nil {
+		return c.notWritable(err, "")
+	}
+	covered := 0
+	first := map[string]int{} // master → a slot it serves
+	for _, s := range slots {
+		covered += int(s.End-s.Start) + 1
+		if len(s.Nodes) == 0 {
+			continue
+		}
+		if _, ok := first[s.Nodes[0].Addr]; !ok {
+			first[s.Nodes[0].Addr] = int(s.Start)
+		}
+	}
+	if covered < numSlots {
+		return &NotWritableError{Reason: "CLUSTERDOWN", Err: errorf("%d of %d slots are served", covered, numSlots),
+			Hint: "the Cluster does not cover every slot"}
+	}
+	errs := make(chan error, len(first))
+	var wg sync.WaitGroup
+	for addr, slot := range first {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := c.o.KeyPrefix + "probe:{" + c.probe.tag(slot) + "}:" + c.probe.id
+			if err := c.cluster.Set(ctx, key, "1", probeKeyTTL).Err(); err != nil {
+				errs <- c.notWritable(err, addr)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs // nil when none failed
+}
+
+// notWritable classifies a failed write.
+func (c *Conn) notWritable(err error, node string) *NotWritableError {
+	e := &NotWritableError{Reason: reason(err), Node: node, Err: err}
+	switch e.Reason {
+	case "MOVED", "ASK":
+		if c.topology != Cluster {
+			e.Hint = "the server is a Redis Cluster node: set store.redis.cluster: true and list its nodes in store.redis.addrs"
+		}
+	case "READONLY":
+		switch c.topology {
+		case Single:
+			e.Hint = "the server is a replica: point store.redis.addr at the master, or name it through Sentinel (store.redis.master_name, store.redis.addrs)"
+		case Sentinel:
+			e.Hint = "the master the Sentinels name is read-only: a failover is under way"
+		default:
+			e.Hint = "the slot's node is a replica: a failover is under way"
+		}
+	case "CLUSTERDOWN":
+		e.Hint = "a master failed and no replica has taken its slots over yet, or the Cluster lost its majority"
+	case "NOAUTH", "WRONGPASS":
+		e.Hint = "check store.redis.password_env"
+	case "timeout":
+		e.Hint = "no answer within " + ProbeTimeout.String()
+	case "MASTERDOWN":
+		e.Hint = "the replica lost its master"
+	}
+	return e
+}
+
+// reason is a failed call's short name: the Redis error's first word, or
+// timeout, unreachable, closed, error.
+func reason(err error) string {
+	var re redis.Error
+	if errors.As(err, &re) {
+		word, _, _ := strings.Cut(strings.TrimPrefix(re.Error(), "-"), " ")
+		if word != "" && word == strings.ToUpper(word) {
+			return word
+		}
+		return "error"
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" || strings.Contains(err.Error(), "connection refused") {
+		return "unreachable"
+	}
+	if errors.Is(err, redis.ErrClosed) {
+		return "closed"
+	}
+	if word, _, _ := strings.Cut(err.Error(), ":"); word == "MOVED" {
+		return "MOVED"
+	}
+	return "error"
+}
+
+// tag is a hash tag whose keys are in slot.
+func (p *prober) tag(slot int) string {
+	if t, ok := p.tags.Load(slot); ok {
+		return t.(string)
+	}
+	for i := 0; ; i++ {
+		t := "p" + strconv.Itoa(i)
+		if int(crc16(t)%numSlots) == slot {
+			p.tags.Store(slot, t)
+			return t
+		}
+	}
+}
+
+// crc16 is Redis Cluster's key hash (CRC-16/XMODEM).
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}

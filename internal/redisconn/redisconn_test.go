@@ -1,0 +1,354 @@
+package redisconn
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/redistest"
+)
+
+// No healing goroutine outlives its Conn, no client goroutine its test.
+// go-redis' own log (a dial that failed, a new master) stays out of the
+// output.
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{})
+	goleak.VerifyTestMain(m)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newConn(t *testing.T, o Options) *Conn {
+	t.Helper()
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Every topology gets bounded timeouts (the default when unset) and
+// context deadlines, which the stores require.
+func TestTimeouts(t *testing.T) {
+	for _, o := range []Options{
+		{Addr: "127.0.0.1:1"},
+		{Addrs: []string{"127.0.0.1:1"}, Cluster: true},
+		{Addrs: []string{"127.0.0.1:1"}, MasterName: "m"},
+		{Addr: "127.0.0.1:1", Timeout: 250 * time.Millisecond},
+	} {
+		c := newConn(t, o)
+		want := o.Timeout
+		if want == 0 {
+			want = DefaultTimeout
+		}
+		if c.Timeout() != want {
+			t.Errorf("%s: Timeout() = %v, want %v", c.Topology(), c.Timeout(), want)
+		}
+		if !credstore.ContextTimeouts(c.Client()) {
+			t.Errorf("%s: the client ignores context deadlines", c.Topology())
+		}
+		var got [4]time.Duration
+		switch cl := c.Client().(type) {
+		case *redis.Client:
+			op := cl.Options()
+			got = [4]time.Duration{op.DialTimeout, op.ReadTimeout, op.WriteTimeout, op.PoolTimeout}
+		case *redis.ClusterClient:
+			op := cl.Options()
+			got = [4]time.Duration{op.DialTimeout, op.ReadTimeout, op.WriteTimeout, op.PoolTimeout}
+			if op.ClusterStateReloadInterval != ClusterReloadInterval || op.ReadOnly {
+				t.Errorf("cluster: reload every %v, read-only %v", op.ClusterStateReloadInterval, op.ReadOnly)
+			}
+		}
+		for i, d := range got {
+			if d != want {
+				t.Errorf("%s: timeout %d = %v, want %v", c.Topology(), i, d, want)
+			}
+		}
+	}
+}
+
+func TestFromConfig(t *testing.T) {
+	t.Setenv("T_REDIS_PW", "s3cret-pw")
+	cfg, err := config.Parse(strings.NewReader(`
+store:
+  backend: redis
+  redis: {addrs: ["127.0.0.1:7000", "127.0.0.1:7001"], cluster: true, password_env: T_REDIS_PW, timeout_ms: 300}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := FromConfig(cfg.Store.Redis)
+	if !o.Cluster || len(o.Addrs) != 2 || o.Password != "s3cret-pw" || o.Timeout != 300*time.Millisecond || o.KeyPrefix != "agentd:" {
+		t.Fatalf("FromConfig = %+v", o)
+	}
+}
+
+// The probe writes; it fails, naming why, once the server is gone, and
+// answers from its cache for ProbeCache.
+func TestProbeSingle(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newConn(t, Options{Addr: srv.Addr(), KeyPrefix: "t:"})
+	ctx := testCtx(t, 10*time.Second)
+	if err := c.Writable(ctx); err != nil {
+		t.Fatalf("Writable = %v", err)
+	}
+	keys, err := c.Client().Keys(ctx, "t:probe:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("probe keys %v, %v", keys, err)
+	}
+	if ttl := c.Client().PTTL(ctx, keys[0]).Val(); ttl <= 0 || ttl > probeKeyTTL {
+		t.Errorf("probe key TTL %v", ttl)
+	}
+	srv.Kill()
+	if err := c.Writable(ctx); err != nil {
+		t.Fatalf("Writable within ProbeCache = %v, want the cached nil", err)
+	}
+	start := time.Now()
+	err = c.Probe(ctx)
+	var nw *NotWritableError
+	if !errors.As(err, &nw) || nw.Reason != "unreachable" {
+		t.Fatalf("Probe with the server gone = %v, want unreachable", err)
+	}
+	if d := time.Since(start); d > ProbeTimeout {
+		t.Errorf("the probe took %v", d)
+	}
+}
+
+// A single address on a replica: READONLY, and a hint to name the master
+// (through Sentinel).
+func TestProbeReplica(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t)
+	ctx := testCtx(t, 10*time.Second)
+	mc := newConn(t, Options{Addr: replica.Addr()})
+	if err := mc.Client().ReplicaOf(ctx, "127.0.0.1", strings.TrimPrefix(master.Addr(), "127.0.0.1:")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := mc.Probe(ctx)
+	var nw *NotWritableError
+	if !errors.As(err, &nw) || nw.Reason != "READONLY" || !strings.Contains(err.Error(), "store.redis.master_name") {
+		t.Fatalf("Probe on a replica = %v", err)
+	}
+}
+
+// On a Cluster: a single address (cluster: false) is not writable, naming
+// MOVED and store.redis.cluster; the Cluster client writes again soon after
+// a master is killed and its replica promoted, and the probe says so.
+func TestClusterMasterKilled(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := testCtx(t, 60*time.Second)
+
+	single := newConn(t, Options{Addr: cl.Nodes[0].Addr(), KeyPrefix: "t:"})
+	err := single.Probe(ctx)
+	var nw *NotWritableError
+	if !errors.As(err, &nw) || nw.Reason != "MOVED" || !strings.Contains(err.Error(), "store.redis.cluster: true") {
+		t.Fatalf("Probe of one Cluster node as a single server = %v", err)
+	}
+
+	c := newConn(t, Options{Addrs: cl.Addrs()[:2], Cluster: true, KeyPrefix: "t:"})
+	if err := c.Probe(ctx); err != nil {
+		t.Fatalf("Probe = %v", err)
+	}
+	const key = "t:{ses_k}:meta"
+	if err := c.Client().Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := cl.MasterOf(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	cl.Kill(old)
+
+	var promoted atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cl.WaitFailover(ctx, key, old)
+		promoted.Store(int64(time.Since(killed)))
+	}()
+	failures := 0
+	var probeErr error
+	for {
+		wctx, cancel := context.WithTimeout(ctx, c.Timeout())
+		err := c.Client().Set(wctx, key, "v2", 0).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no write on the killed master's slot before the deadline: %v", err)
+		}
+		failures++
+		if probeErr == nil {
+			probeErr = c.Probe(ctx)
+		}
+	}
+	recovered := time.Since(killed)
+	<-done
+	t.Logf("killed master %s: writes on its slot again after %v (replica promoted after %v, %d writes failed meanwhile)",
+		old.Addr(), recovered.Round(time.Millisecond), time.Duration(promoted.Load()).Round(time.Millisecond), failures)
+	if recovered > 15*time.Second {
+		t.Errorf("writes resumed after %v, want well under the 40-50 s of a 60 s slot map reload", recovered)
+	}
+	if p := time.Duration(promoted.Load()); recovered > p+ClusterReloadInterval+2*time.Second {
+		t.Errorf("writes resumed %v after the promotion", recovered-p)
+	}
+	if failures > 0 && probeErr == nil {
+		t.Error("the probe said writable while writes failed")
+	}
+	if c.heals.Load() == 0 {
+		t.Error("no slot map reload was triggered by the failed calls")
+	}
+	redistest.Eventually(ctx, t, "the probe writes on every master", func(ctx context.Context) (bool, error) {
+		err := c.Probe(ctx)
+		return err == nil, err
+	})
+}
+
+// With Sentinel, connections that reach a replica (a demoted master the
+// client did not leave) answer writes READONLY; a READONLY reply makes the
+// client ask the Sentinels and close its connections to the replicas, even
+// those of pipelines whose first command (a read) succeeded, which go-redis
+// keeps.
+func TestSentinelReadOnlyLeavesReplica(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	ctx := testCtx(t, 30*time.Second)
+	master, replica := s.Data[0].Addr(), s.Data[1].Addr()
+	var stale atomic.Bool
+	stale.Store(true)
+	c := newConn(t, Options{Addrs: s.Addrs(), MasterName: redistest.MasterName,
+		redirect: func(addr string) string {
+			if stale.Load() && addr == master {
+				return replica
+			}
+			return addr
+		}})
+	rdb := c.Client()
+	readWrite := func() error {
+		pipe := rdb.Pipeline()
+		pipe.Get(ctx, "a") // a nil reply, first
+		pipe.Set(ctx, "b", "1", 0)
+		cmds, err := pipe.Exec(ctx)
+		if errors.Is(err, redis.Nil) {
+			err = cmds[1].Err()
+		}
+		return err
+	}
+	if err := readWrite(); !isReadOnly(err) {
+		t.Fatalf("a write through a connection to the replica = %v, want READONLY", err)
+	}
+	if c.tracker.open(replica) == 0 {
+		t.Fatal("no connection to the replica is tracked")
+	}
+	stale.Store(false) // from now on, new connections reach the master
+	redistest.Eventually(ctx, t, "writes reach the master", func(context.Context) (bool, error) {
+		err := readWrite()
+		return err == nil, err
+	})
+	for i := range 20 {
+		if err := readWrite(); err != nil {
+			t.Fatalf("write %d after the heal: %v", i, err)
+		}
+	}
+	if n := c.tracker.open(replica); n != 0 {
+		t.Errorf("%d connections to the replica still open", n)
+	}
+	if c.heals.Load() == 0 {
+		t.Error("no heal")
+	}
+}
+
+// writesResume writes until a write succeeds, then checks that the next
+// ones do too (no READONLY left behind); it returns how long it took.
+func writesResume(ctx context.Context, t *testing.T, c *Conn, what string, since time.Time) time.Duration {
+	t.Helper()
+	failures := 0
+	for {
+		wctx, cancel := context.WithTimeout(ctx, c.Timeout())
+		err := c.Client().Set(wctx, "k", what, 0).Err()
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s: no write before the deadline: %v", what, err)
+		}
+		failures++
+	}
+	d := time.Since(since)
+	t.Logf("%s: writes again after %v (%d failed meanwhile)", what, d.Round(time.Millisecond), failures)
+	for i := range 50 {
+		if err := c.Client().Set(ctx, "k", i, 0).Err(); err != nil {
+			t.Fatalf("%s: write %d after writes resumed: %v", what, i, err)
+		}
+	}
+	return d
+}
+
+// With Sentinel, writes resume on the new master after SENTINEL FAILOVER,
+// without a restart and without a lasting READONLY.
+func TestSentinelFailover(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	ctx := testCtx(t, 60*time.Second)
+	c := newConn(t, Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "t:"})
+	if err := c.Probe(ctx); err != nil {
+		t.Fatalf("Probe = %v", err)
+	}
+	old, err := s.Master(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.Failover(ctx)
+	s.WaitMaster(ctx, old)
+	writesResume(ctx, t, c, "SENTINEL FAILOVER", start)
+	if err := c.Probe(ctx); err != nil {
+		t.Errorf("Probe after the failover = %v", err)
+	}
+}
+
+// With Sentinel, writes resume on the promoted replica after the master is
+// killed; the probe fails while they cannot.
+func TestSentinelMasterKilled(t *testing.T) {
+	s := redistest.StartSentinel(t)
+	ctx := testCtx(t, 60*time.Second)
+	c := newConn(t, Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "t:"})
+	if err := c.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Master(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.Kill(old)
+	if err := c.Probe(ctx); err == nil {
+		t.Error("Probe with the master killed = nil")
+	}
+	d := writesResume(ctx, t, c, "master killed", start)
+	if d > 15*time.Second {
+		t.Errorf("writes resumed after %v", d)
+	}
+	if err := c.Probe(ctx); err != nil {
+		t.Errorf("Probe after the failover = %v", err)
+	}
+}
