@@ -72,11 +72,12 @@ type Server struct {
 	// TCP hop for REST and SSE.
 	gwLis *bufconn.Listener
 
-	// The gRPC server's stream interceptors, which the native SSE routes
-	// run too, and its AgentService.
+	// The gRPC server's interceptors, which the native routes run too, and
+	// its AgentService.
+	unaryInterceptors  unaryChain
 	streamInterceptors streamChain
 	agent              *agentService
-	sseViaGateway      func(*http.Request) bool // tests: SSE through the gateway
+	viaGateway         func(*http.Request) bool // tests: requests served as before the native routes
 	noSharedFrames     bool                     // benchmarks: every SSE reader encodes its frames
 
 	draining atomic.Bool
@@ -96,11 +97,11 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Server) { s.now = now }
 }
 
-// withSSEViaGateway serves the SSE requests for which via reports true
-// through the gateway, as before the native routes (tests and benchmarks
-// compare the two).
-func withSSEViaGateway(via func(*http.Request) bool) Option {
-	return func(s *Server) { s.sseViaGateway = via }
+// withViaGateway serves the requests of the native routes for which via
+// reports true as before them: through the gateway (the prompt start: its
+// in-process gRPC call). Tests and benchmarks compare the two.
+func withViaGateway(via func(*http.Request) bool) Option {
+	return func(s *Server) { s.viaGateway = via }
 }
 
 // withoutSharedFrames makes every native SSE reader encode its own frames
@@ -175,12 +176,13 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	}
 	auth := newAuthenticator(tokens)
 	s.auth = auth
+	s.unaryInterceptors = unaryChain{grpcMetrics.UnaryServerInterceptor(), auth.unary}
 	s.streamInterceptors = streamChain{grpcMetrics.StreamServerInterceptor(), auth.stream}
 	s.grpcSrv = grpc.NewServer(
 		// No token, no read: the tap refuses before the message is read.
 		grpc.InTapHandle(auth.tap),
 		grpc.MaxRecvMsgSize(int(cfg.Limits.MaxRequestBytes)),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), auth.unary),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptors...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
 	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, time.Duration(cfg.HTTP.TicketTTLMs)*time.Millisecond, s.now)

@@ -50,7 +50,7 @@ func startSSE(t testing.TB, yaml string, opts ...Option) *sseTestServer {
 		t.Fatal(err)
 	}
 	ts := &sseTestServer{}
-	opts = append([]Option{withSSEViaGateway(func(r *http.Request) bool {
+	opts = append([]Option{withViaGateway(func(r *http.Request) bool {
 		if r.Header.Get(viaHeader) == "gateway" {
 			return true
 		}

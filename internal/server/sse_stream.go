@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -40,15 +39,14 @@ import (
 //     session events, encoded once for all the native SSE readers of a
 //     session on this replica (frameCache);
 //   - what the gRPC hop did to a request or an error is reproduced where it
-//     shows: the status a handler error becomes, the 4 MiB receive limit, the
-//     refusal of a string that is not UTF-8.
+//     shows: the status a handler error becomes, the receive limit
+//     (limits.max_request_bytes), what the gateway's client refused to send
+//     (metadata gRPC does not carry, a passed deadline, a string that is not
+//     UTF-8; see sendable in rest_native.go).
 //
 // The wire answer is the gateway's: the same headers, the same status and
 // body for an error before the first event, the same frames, the same
 // "event: error" frame for an error after it.
-
-// The gRPC server's default receive limit, which the gateway's call met.
-const grpcMaxRecvMsgSize = 4 << 20
 
 // nativeRoute is one of the two streaming RPCs served natively.
 type nativeRoute struct {
@@ -121,9 +119,6 @@ func (a *webAPI) servePrompt(w http.ResponseWriter, r *http.Request, inbound run
 		}
 		req.SessionId = sessionID
 		return &req, nil
-	}, func(m proto.Message) []string {
-		req := m.(*agentdv1.PromptRequest)
-		return []string{req.GetSessionId(), req.GetText()}
 	})
 }
 
@@ -138,18 +133,16 @@ func (a *webAPI) serveEvents(w http.ResponseWriter, r *http.Request, sessionID s
 			return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 		}
 		return req, nil
-	}, func(m proto.Message) []string {
-		return []string{m.(*agentdv1.StreamEventsRequest).GetSessionId()}
 	})
 }
 
 // serveNative is the generated gateway handler and runtime.ForwardResponseStream
 // of route, with the service called in place of the gRPC client. read reads
-// the request; strs lists its string fields.
-func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error), strs func(proto.Message) []string) {
+// the request.
+func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error)) {
 	// Prepared in a call of its own (see ServeHTTP): its frame is gone
 	// while the stream is served.
-	s, done := a.prepareNative(w, r, route, read, strs)
+	s, done := a.prepareNative(w, r, route, read)
 	if s == nil {
 		return
 	}
@@ -167,7 +160,7 @@ func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nati
 // stream holds.
 //
 //go:noinline
-func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error), strs func(proto.Message) []string) (*sseStream, func()) {
+func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error)) (*sseStream, func()) {
 	setSSEHeaders(w.Header()) // as sseHeaders
 	// r's context ends when this handler returns: no cancel of its own
 	// (the gateway's was for its gRPC call).
@@ -179,20 +172,14 @@ func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *na
 	}
 	actx = runtime.NewServerMetadataContext(actx, runtime.ServerMetadata{})
 	req, err := read()
+	var outgoing metadata.MD
 	if err == nil {
 		if r.Body != nil {
 			_, _ = io.Copy(io.Discard, r.Body)
 		}
-		// The gateway's gRPC client refused to send a request it could not
-		// encode; proto strings must be UTF-8.
-		for _, s := range strs(req) {
-			if !utf8.ValidString(s) {
-				if _, merr := proto.Marshal(req); merr != nil {
-					err = status.Errorf(codes.Internal, "grpc: error while marshaling: %v", merr.Error())
-				}
-				break
-			}
-		}
+		// What the gateway's gRPC client refused to send.
+		outgoing, _ = metadata.FromOutgoingContext(actx)
+		err = sendable(actx, outgoing, req)
 	}
 	if err != nil {
 		runtime.HTTPError(actx, a.gw, a.sse, w, r, err)
@@ -201,18 +188,11 @@ func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *na
 
 	// What the service sees: the gateway's metadata as incoming metadata, and
 	// its deadline (Grpc-Timeout); no outgoing metadata.
-	sctx := ctx
-	cancelDeadline := context.CancelFunc(func() {})
-	if d, ok := actx.Deadline(); ok {
-		sctx, cancelDeadline = context.WithDeadline(sctx, d)
-	}
-	if md, ok := metadata.FromOutgoingContext(actx); ok {
-		sctx = metadata.NewIncomingContext(sctx, md)
-	}
+	sctx, cancelDeadline := serverContext(ctx, actx, outgoing)
 	// runtime.ForwardResponseStream sets it before reading the stream: an
 	// error before the first event is sent chunked too.
 	w.Header().Set("Transfer-Encoding", "chunked")
-	s := &sseStream{w: w, rc: http.NewResponseController(w), m: a.sse, req: req,
+	s := &sseStream{w: w, rc: http.NewResponseController(w), m: a.sse, req: req, maxRecv: a.maxBody,
 		heartbeat: a.heartbeat, last: time.Now(), frames: a.frames}
 	s.ctx = context.WithValue(sctx, sseStreamKey{}, s)
 	return s, func() {
@@ -239,6 +219,7 @@ type sseStream struct {
 	rc        *http.ResponseController
 	m         *sseMarshaler
 	req       proto.Message // until RecvMsg takes it
+	maxRecv   int64         // the gRPC server's receive limit
 	heartbeat time.Duration
 	frames    *frameCache
 
@@ -267,19 +248,8 @@ func (s *sseStream) SetTrailer(metadata.MD)       {}
 // received it.
 func (s *sseStream) RecvMsg(m any) error {
 	req := s.req
-	if req == nil {
-		return io.EOF
-	}
 	s.req = nil
-	if n := proto.Size(req); n > grpcMaxRecvMsgSize {
-		return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, grpcMaxRecvMsgSize)
-	}
-	dst, ok := m.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "sse: cannot receive into %T", m)
-	}
-	proto.Merge(dst, req)
-	return nil
+	return recvOnce(req, m, s.maxRecv)
 }
 
 // SendMsg writes one event's frame: a *session.Event from forward (shared
@@ -338,7 +308,7 @@ func (s *sseStream) frame(dst []byte, ev *agentdv1.Event) ([]byte, error) {
 		// The gRPC server refused to encode it first (a string that is not
 		// UTF-8), with this error.
 		if _, perr := proto.Marshal(ev); perr != nil {
-			return nil, status.Errorf(codes.Internal, "grpc: error while marshaling: %v", perr.Error())
+			return nil, marshalErr(perr)
 		}
 		return nil, err
 	}
@@ -446,11 +416,9 @@ func (s *sseStream) finish(err error) {
 	if err == nil {
 		return
 	}
-	// The status the gRPC server made of the handler's error.
-	st, ok := status.FromError(err)
-	if !ok {
-		st = status.FromContextError(err)
-	}
+	// The status the gRPC server made of the handler's error, as the
+	// gateway's client received it.
+	st, _ := overTheWire(err)
 	if !s.committed {
 		s.w.Header().Set("Content-Type", sseContentType)
 		s.w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))

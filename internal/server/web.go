@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"embed"
-	"encoding/json"
-	"errors"
 	"io"
 	"io/fs"
 	"net/http"
@@ -20,8 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 )
 
 // The HTTP face for web frontends, around the gateway:
@@ -37,6 +33,8 @@ import (
 //   - the two event streams, asked for as text/event-stream, are served
 //     natively from the session engine, with the gateway's answers but
 //     without its in-process gRPC call (sse_stream.go);
+//   - so are POST /v1/sessions, GET and DELETE /v1/sessions/{id} and the
+//     prompt start (rest_native.go);
 //   - SSE responses get a ": ping" comment after http.sse_heartbeat_ms of
 //     silence;
 //   - the console, static files under /console/.
@@ -61,7 +59,13 @@ type webAPI struct {
 	// interceptors.
 	promptHandler, eventsHandler grpc.StreamHandler
 	frames                       *frameCache
-	viaGateway                   func(*http.Request) bool // tests and benchmarks: serve r's stream through the gateway
+	// The native unary routes' handlers (rest_native.go), within its unary
+	// interceptors.
+	unary unaryHandlers
+	// viaGateway (tests and benchmarks): serve r as before the native
+	// routes, through the gateway (the prompt start: its in-process gRPC
+	// call).
+	viaGateway func(*http.Request) bool
 
 	auth        *authenticator
 	maxBody     int64         // limits.max_request_bytes
@@ -74,10 +78,11 @@ func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
 	_, jsonOut := runtime.MarshalerForRequest(gw, &http.Request{Header: http.Header{}})
 	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: s.tickets,
 		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{},
-		sse: sse, agent: s.agent, frames: newFrameCache(), viaGateway: s.sseViaGateway,
+		sse: sse, agent: s.agent, frames: newFrameCache(), viaGateway: s.viaGateway,
 		auth: s.auth, maxBody: s.cfg.Limits.MaxRequestBytes, bodyTimeout: time.Duration(s.cfg.Limits.BodyTimeoutMs) * time.Millisecond,
 		promptHandler: s.streamInterceptors.bind(promptRoute.info, promptRoute.handler),
-		eventsHandler: s.streamInterceptors.bind(eventsRoute.info, eventsRoute.handler)}
+		eventsHandler: s.streamInterceptors.bind(eventsRoute.info, eventsRoute.handler),
+		unary:         newUnaryHandlers(s.unaryInterceptors, s.agent)}
 	if s.noSharedFrames {
 		a.frames = nil
 	}
@@ -122,6 +127,8 @@ func (a *webAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.servePrompt(w, rt.r, rt.inbound, rt.id)
 	case routeEvents:
 		a.serveEvents(w, rt.r, rt.id)
+	case routeUnary:
+		a.serveUnary(w, rt.r, rt.unary, rt.id, rt.inbound)
 	default:
 		a.next.ServeHTTP(w, rt.r)
 	}
@@ -136,6 +143,7 @@ const (
 	routeStart                    // POST …:prompt?stream=false: start and answer
 	routePrompt                   // POST …:prompt as a native event stream
 	routeEvents                   // GET …/events as a native event stream
+	routeUnary                    // a native unary route (rest_native.go)
 )
 
 type webRoute struct {
@@ -143,6 +151,7 @@ type webRoute struct {
 	r       *http.Request
 	id      string
 	inbound runtime.Marshaler
+	unary   *unaryRoute
 }
 
 // route checks r (CORS, stream tickets, grants) and decides how it is
@@ -215,6 +224,11 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 	if isEvents {
 		if _, ok := a.nativeSSE(r); ok {
 			return webRoute{kind: routeEvents, r: r, id: eventsID}
+		}
+	}
+	if route, id := unaryRouteOf(r); route != nil {
+		if inbound, ok := a.nativeJSON(r); ok {
+			return webRoute{kind: routeUnary, r: r, id: id, inbound: inbound, unary: route}
 		}
 	}
 	return webRoute{kind: routeGateway, r: r}
@@ -369,43 +383,6 @@ type promptStarted struct {
 	// AfterSeq is the seq before the prompt's first event: follow the prompt
 	// with GET /v1/sessions/{id}/events?afterSeq=<afterSeq>.
 	AfterSeq string `json:"afterSeq"`
-}
-
-// startPrompt starts the prompt through the gRPC API (same auth and errors
-// as the streaming route) and returns at its first event. The prompt goes
-// on: it does not depend on its caller.
-func (a *webAPI) startPrompt(w http.ResponseWriter, r *http.Request, sessionID string) {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	ctx, err := runtime.AnnotateContext(ctx, a.gw, r, "/agentd.v1.AgentService/Prompt",
-		runtime.WithHTTPPathPattern("/v1/sessions/{session_id}:prompt"))
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	inbound, _ := runtime.MarshalerForRequest(a.gw, r)
-	var req agentdv1.PromptRequest
-	if err := inbound.NewDecoder(r.Body).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		a.fail(w, r, status.Error(codes.InvalidArgument, err.Error()))
-		return
-	}
-	req.SessionId = sessionID
-	var ev *agentdv1.Event
-	stream, err := agentdv1.NewAgentServiceClient(a.conn).Prompt(ctx, &req)
-	if err == nil {
-		ev, err = stream.Recv()
-	}
-	if errors.Is(err, io.EOF) {
-		err = status.Error(codes.Internal, "the prompt ended before its first event")
-	}
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	cancel()
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(promptStarted{SessionID: sessionID, PromptID: ev.GetPromptId(),
-		AfterSeq: strconv.FormatUint(ev.GetSeq()-1, 10)})
 }
 
 // heartbeatWriter interleaves ": ping" comments into an SSE response after
