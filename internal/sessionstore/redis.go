@@ -25,7 +25,10 @@
 //	<prefix>replica:<replica id>:control  channel  control messages to that replica and replies to its calls:
 //	                                 {"id","from","control"} requests, {"id","reply"} replies
 //
-// Only :lease and the tenants' :prompts expire. Events are written by a
+// Only :lease and the tenants' :prompts expire, and the keys of a session
+// written while it has no record (racing its Remove, or after it): every
+// write of :history, :stripped, :run and :events is followed by a guard
+// that gives them orphanTTL then (guardScript). Events are written by a
 // background writer in pipelined batches (AppendEvent never waits for
 // Redis); each replica holds one pub/sub connection carrying its control
 // channel and the notify channels of the sessions it follows.
@@ -72,6 +75,13 @@ type Options struct {
 	// Logger receives warnings (events not stored, lost subscriptions); nil
 	// discards them.
 	Logger *slog.Logger
+	// MinReplicaAcks, when > 0, makes Create and EndRun wait (WAIT, on the
+	// session's master) until that many replicas have the session, or the
+	// prompt's end; fewer within AckTimeout is an error (ErrNotReplicated),
+	// and a session created so is taken back.
+	MinReplicaAcks int
+	// AckTimeout bounds that wait; <= 0 means half of Timeout.
+	AckTimeout time.Duration
 
 	// maxQueue bounds the event writer's queue (tests lower it); <= 0
 	// means defaultMaxQueue.
@@ -449,6 +459,9 @@ func (r *Redis) Create(ctx context.Context, rec session.Record, limit int) (sess
 	if added != 1 {
 		return session.CreateResult{Sessions: int(count)}, nil
 	}
+	if err := r.ackCreate(ctx, rec.ID, rec.Tenant); err != nil {
+		return session.CreateResult{}, err
+	}
 	return session.CreateResult{Created: true, Order: rec.Order, Sessions: int(count)}, nil
 }
 
@@ -650,11 +663,15 @@ func (r *Redis) Append(ctx context.Context, sessionID string, e session.Entry) (
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	n, err := r.c.RPush(ctx, r.key(sessionID, "history"), data).Result()
+	var push *redis.IntCmd
+	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		push = pipe.RPush(ctx, r.key(sessionID, "history"), data)
+		r.guard(run, sessionID, "history")
+	})
 	if err != nil {
 		return 0, wrap("append to "+sessionID, err)
 	}
-	return n - 1, nil
+	return push.Val() - 1, nil
 }
 
 // List implements session.History.
@@ -702,7 +719,10 @@ func (r *Redis) Delete(ctx context.Context, sessionID string) error {
 func (r *Redis) Strip(ctx context.Context, id string, index int64) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	if err := r.c.SAdd(ctx, r.key(id, "stripped"), index).Err(); err != nil {
+	if err := r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		pipe.SAdd(ctx, r.key(id, "stripped"), index)
+		r.guard(run, id, "stripped")
+	}); err != nil {
 		return wrap("strip "+id, err)
 	}
 	return nil
@@ -964,10 +984,11 @@ func (r *Redis) SaveRun(ctx context.Context, id string, run session.Run) error {
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	pipe := r.c.Pipeline()
-	pipe.Set(ctx, r.key(id, "run"), data, 0)
-	pipe.SAdd(ctx, r.runningKey(), id)
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		pipe.Set(ctx, r.key(id, "run"), data, 0)
+		r.guard(run, id, "run")
+		pipe.SAdd(ctx, r.runningKey(), id)
+	}); err != nil {
 		return wrap("save run of "+id, err)
 	}
 	return nil
@@ -1001,6 +1022,7 @@ func (r *Redis) Finish(ctx context.Context, id string, m session.Mutable, run se
 	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
 		run(saveScript, []string{r.key(id, "meta")}, mdata)
 		pipe.Set(ctx, r.key(id, "run"), rdata, 0)
+		r.guard(run, id, "run")
 		if slot.Tenant != "" {
 			pipe.ZRem(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
 		}
@@ -1089,7 +1111,7 @@ func (r *Redis) LoadRun(ctx context.Context, id string) (session.Run, bool, erro
 func (r *Redis) EndRun(ctx context.Context, id string, slot session.PromptSlot) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	n, err := endRunScript.Run(ctx, r.c, []string{r.key(id, "lease"), r.key(id, "run")}, r.id).Int64()
+	n, ackErr, err := r.endRun(ctx, id)
 	if err != nil {
 		return wrap("end run of "+id, err)
 	}
@@ -1106,7 +1128,7 @@ func (r *Redis) EndRun(ctx context.Context, id string, slot session.PromptSlot) 
 	if _, err := pipe.Exec(ctx); err != nil {
 		return wrap("end run of "+id, err)
 	}
-	return nil
+	return ackErr
 }
 
 // Running implements session.Shared; the ids come sorted.

@@ -298,11 +298,16 @@ func (w *writer) write(batch []item) map[string]error {
 			Values: []any{"e", data},
 		})
 	}
+	// After a session's XADDs, the guard gives its stream a TTL should its
+	// record be gone (a Remove racing this batch: see guardScript).
 	pubs := make([]*redis.IntCmd, len(order))
+	guards := make([]*redis.Cmd, len(order))
 	for i, id := range order {
+		guards[i] = guardScript.EvalSha(ctx, pipe, r.guardKeys(id, "events"), orphanTTL.Milliseconds())
 		pubs[i] = pipe.Publish(ctx, r.notifyChannel(id), r.id)
 	}
 	_, _ = pipe.Exec(ctx) // every command carries its own error
+	w.guardAgain(ctx, order, guards)
 
 	failed, sessions := 0, map[string]bool{}
 	var firstErr error
@@ -340,6 +345,28 @@ func (w *writer) write(batch []item) map[string]error {
 		}
 	}
 	return errs
+}
+
+// guardAgain runs with its text (EVAL) the guards the server did not have
+// (NOSCRIPT), after the batch's XADDs as they must be.
+func (w *writer) guardAgain(ctx context.Context, order []string, guards []*redis.Cmd) {
+	r := w.r
+	var pipe redis.Pipeliner
+	for i, g := range guards {
+		if !isNoScript(g.Err()) {
+			continue
+		}
+		if pipe == nil {
+			pipe = r.c.Pipeline()
+		}
+		guardScript.Eval(ctx, pipe, r.guardKeys(order[i], "events"), orphanTTL.Milliseconds())
+	}
+	if pipe == nil {
+		return
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		r.log.Warn("session store: the streams of removed sessions may stay without a TTL", "err", err)
+	}
 }
 
 // isStaleID reports whether XADD refused an id not above the stream's top.

@@ -1,0 +1,92 @@
+package sessionstore
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/session"
+)
+
+// With min_replica_acks, Create returns once a replica has the record and
+// EndRun once it has the prompt's end (events, history, the run gone);
+// without the replica both fail with ErrNotReplicated, and the session not
+// replicated is taken back.
+func TestMinReplicaAcks(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t)
+	ctx := testCtx(t)
+	rc := newClient(t, replica.Addr(), time.Second)
+	must(t, rc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(master.Port())).Err())
+	waitFor(t, "the replica in sync", func() bool {
+		info, _ := rc.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	c := newClient(t, master.Addr(), time.Second)
+	s := newStore(t, c, Options{MinReplicaAcks: 1, AckTimeout: 200 * time.Millisecond})
+
+	res, err := s.Create(ctx, record("ses_ack", "acme"), 0)
+	if err != nil || !res.Created {
+		t.Fatalf("Create = %+v, %v", res, err)
+	}
+	// Acknowledged: the replica has it now, not eventually.
+	if ok, err := rc.HExists(ctx, "t:{ses_ack}:meta", "record").Result(); !ok || err != nil {
+		t.Fatalf("the replica has no record after Create: %v, %v", ok, err)
+	}
+	ok, _, err := s.Acquire(ctx, "ses_ack", time.Minute)
+	if !ok || err != nil {
+		t.Fatalf("Acquire = %v, %v", ok, err)
+	}
+	must(t, s.SaveRun(ctx, "ses_ack", session.Run{PromptID: "p1", Replica: s.ReplicaID()}))
+	_, err = s.Append(ctx, "ses_ack", session.Entry{Time: created})
+	must(t, err)
+	s.AppendEvent("ses_ack", event(1))
+	must(t, s.Flush(ctx, "ses_ack"))
+	must(t, s.EndRun(ctx, "ses_ack", session.PromptSlot{}))
+	if n, _ := rc.Exists(ctx, "t:{ses_ack}:run", "t:{ses_ack}:lease").Result(); n != 0 {
+		t.Errorf("the replica still has %d of the run's keys after EndRun", n)
+	}
+	if n, _ := rc.XLen(ctx, "t:{ses_ack}:events").Result(); n != 1 {
+		t.Errorf("the replica has %d events after EndRun", n)
+	}
+
+	// The replica is gone: nothing is acknowledged.
+	replica.Kill()
+	waitFor(t, "the master sees no replica", func() bool {
+		info, _ := c.Info(ctx, "replication").Result()
+		return strings.Contains(info, "connected_slaves:0")
+	})
+	start := time.Now()
+	_, err = s.Create(ctx, record("ses_lone", "acme"), 0)
+	if !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Create without a replica = %v, want ErrNotReplicated", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Create took %v to fail", d)
+	}
+	if _, ok, err := s.Load(ctx, "ses_lone"); ok || err != nil {
+		t.Errorf("the session not replicated is still there: %v, %v", ok, err)
+	}
+	if recs, _ := s.ListRecords(ctx, "acme", 0, 10); len(recs) != 1 || recs[0].ID != "ses_ack" {
+		t.Errorf("the tenant lists %+v", recs)
+	}
+	ok, _, err = s.Acquire(ctx, "ses_ack", time.Minute)
+	if !ok || err != nil {
+		t.Fatalf("Acquire = %v, %v", ok, err)
+	}
+	must(t, s.SaveRun(ctx, "ses_ack", session.Run{PromptID: "p2", Replica: s.ReplicaID()}))
+	if err := s.EndRun(ctx, "ses_ack", session.PromptSlot{}); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("EndRun without a replica = %v, want ErrNotReplicated", err)
+	}
+	// The run did end on the master.
+	if h, _ := s.Holder(ctx, "ses_ack"); h != "" {
+		t.Errorf("holder %q after EndRun", h)
+	}
+	if ids, _ := s.Running(ctx); len(ids) != 0 {
+		t.Errorf("running %v after EndRun", ids)
+	}
+}
+
