@@ -1,0 +1,129 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/redistest"
+)
+
+// redisRoundTrips reads agentd_redis_round_trips_total off /metrics: every
+// component's, and the credential store's.
+func redisRoundTrips(t *testing.T, base string) int {
+	all, _ := redisRoundTripsBy(t, base)
+	return all
+}
+
+func redisRoundTripsBy(t *testing.T, base string) (all, creds int) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Error(err)
+		return -1, -1
+	}
+	defer resp.Body.Close()
+	n, c := 0.0, 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "agentd_redis_round_trips_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			n += v
+			if strings.Contains(line, `component="credentials"`) {
+				c += v
+			}
+		}
+	}
+	return int(n), int(c)
+}
+
+// The Redis round trips a prompt makes before its model call, with sessions
+// and credentials in Redis, counted by agentd's own round-trip metric at
+// the moment the provider receives the call (the machine's speed does not
+// enter into it). On the prompt's way there are two: the start script
+// (lease, run, user message in one) and the credential pick; the session's
+// event writer stores agent_start and message_start meanwhile, off that
+// way (a batch: its XADDs, then its notification), so the total seen at the
+// call is 2 plus one or two batches (3 or 4 measured). The guard: exactly
+// one credential round trip, and at most 2 + two batches in all.
+func TestRedisRoundTripsBeforeTheModelCall(t *testing.T) {
+	rs := redistest.Start(t)
+	t.Setenv("AGENTD_TEST_RT_KEY", "sk-ant-roundtrips-0123456789")
+	var base atomic.Value
+	var atAll, atCreds atomic.Int64
+	fake := providertest.NewServer(providertest.Options{Script: func(r *providertest.Request) providertest.Step {
+		if b, ok := base.Load().(string); ok && atAll.Load() < 0 {
+			all, creds := redisRoundTripsBy(t, b)
+			atAll.Store(int64(all))
+			atCreds.Store(int64(creds))
+		}
+		return providertest.Step{}
+	}})
+	t.Cleanup(fake.Close)
+	// The background's round trips (credential sync, janitor) are made rare.
+	ts := start(t, fmt.Sprintf(`store:
+  backend: redis
+  redis: {addr: %q, sync_interval_ms: 60000, lease_ms: 600000}
+providers:
+  - name: up
+    kind: anthropic
+    base_url: %s
+    credentials: [{id: main, api_key_env: AGENTD_TEST_RT_KEY}]
+`, rs.Addr(), fake.URL))
+	ctx := testCtx(t)
+	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/claude-sonnet-4-5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Store(ts.baseURL)
+	for i := range 4 {
+		// A scrape refreshes the store gauges (round trips of its own), and
+		// the previous prompt's last writes (its events, the lease's
+		// release) may still be under way: read until two scrapes in a row
+		// cost the same, which is then what one costs, to take off the
+		// reading at the call.
+		all0, creds0 := redisRoundTripsBy(t, ts.baseURL)
+		all1, creds1 := redisRoundTripsBy(t, ts.baseURL)
+		for range 50 {
+			all2, creds2 := redisRoundTripsBy(t, ts.baseURL)
+			stable := all2-all1 == all1-all0 && creds2-creds1 == creds1-creds0
+			all0, creds0, all1, creds1 = all1, creds1, all2, creds2
+			if stable {
+				break
+			}
+		}
+		scrapeAll, scrapeCreds := all1-all0, creds1-creds0
+		atAll.Store(-1)
+		stream, err := ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := collect(t, stream)
+		if end := evs[len(evs)-1]; end.GetPromptEnd().GetOutcome() != "completed" {
+			t.Fatalf("prompt %d: %v", i, compact(types(evs)))
+		}
+		all := int(atAll.Load()) - all1 - scrapeAll
+		creds := int(atCreds.Load()) - creds1 - scrapeCreds
+		t.Logf("prompt %d: %d Redis round trips before the model call, %d of them the credential store's", i, all, creds)
+		if i == 0 {
+			continue // the first loads the scripts
+		}
+		if creds != 1 {
+			t.Errorf("prompt %d: %d credential round trips before the model call, want 1 (the pick)", i, creds)
+		}
+		if all > 6 {
+			t.Errorf("prompt %d: %d Redis round trips before the model call, want at most 6 (2 on the way, up to 2 event batches of 2)", i, all)
+		}
+	}
+}
