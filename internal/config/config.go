@@ -204,6 +204,11 @@ type Provider struct {
 	// ChainResponses (openai-responses): send only new messages with
 	// previous_response_id (the API stores responses).
 	ChainResponses bool `yaml:"chain_responses"`
+	// EncryptedReasoning (openai-responses): keep reasoning without
+	// server-side state: store: false, reasoning items come back with
+	// their encrypted content, which is kept in the history and sent back
+	// to the same model and organisation. Not with chain_responses.
+	EncryptedReasoning bool `yaml:"encrypted_reasoning"`
 	// MaxTokens (anthropic): max_tokens of every request (default 8192).
 	MaxTokens int `yaml:"max_tokens"`
 	// Simulated provider pacing.
@@ -470,6 +475,12 @@ func (c *Config) finishProviders() error {
 		}
 		if err := p.checkModels(key); err != nil {
 			return err
+		}
+		switch {
+		case p.EncryptedReasoning && p.Kind != provider.KindOpenAIResponses:
+			return fmt.Errorf("config: %s.encrypted_reasoning: only an openai-responses provider takes it", key)
+		case p.EncryptedReasoning && p.ChainResponses:
+			return fmt.Errorf("config: %s.encrypted_reasoning: set encrypted_reasoning or chain_responses, not both", key)
 		}
 		for j := range p.Credentials {
 			cr := &p.Credentials[j]

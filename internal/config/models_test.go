@@ -78,6 +78,8 @@ func TestModelCatalogErrorsNameTheKey(t *testing.T) {
 		{prov("[{name: m, price: {input_per_mtok: -1}}]"), "providers[0].models[0].price.input_per_mtok: must be a number >= 0"},
 		{"providers: [{name: a, kind: anthropic, credentials: [{id: k, api_key: x, account: 'has space'}]}]", "providers[0].credentials[0].account"},
 		{"providers: [{name: a, kind: anthropic, credentials: [{id: k, api_key: x, acount: o}]}]", "providers[].credentials[].acount: unknown key"},
+		{"providers: [{name: a, kind: anthropic, encrypted_reasoning: true}]", "providers[0].encrypted_reasoning: only an openai-responses provider"},
+		{"providers: [{name: a, kind: openai-responses, encrypted_reasoning: true, chain_responses: true}]", "providers[0].encrypted_reasoning: set encrypted_reasoning or chain_responses"},
 	} {
 		_, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

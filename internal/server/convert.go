@@ -73,7 +73,7 @@ func sessionToProto(st session.State) *agentdv1.Session {
 		SystemPrompt: st.SystemPrompt, Status: st.Status, IsRetrying: st.IsRetrying,
 		RetryAttempt: int32(st.RetryAttempt), AutoRetryEnabled: st.Retry.Enabled,
 		Retry: settingsToProto(st.Retry), CreateTime: timestamppb.New(st.Created),
-		LastSeq: st.LastSeq, MessageCount: int32(st.MessageCount),
+		LastSeq: st.LastSeq, MessageCount: int32(st.MessageCount), Params: paramsToProto(st.Params),
 	}
 	for _, c := range st.PendingToolCalls {
 		out.PendingToolCalls = append(out.PendingToolCalls, &agentdv1.ToolCall{CallId: c.CallID, Name: c.Name, Input: jsonValue(c.Input)})
@@ -163,6 +163,46 @@ func toolsFromProto(tools []*agentdv1.Tool) ([]provider.Tool, error) {
 	return out, nil
 }
 
+// paramsFromProto maps a request's model parameters; nil stays nil (none
+// given). The session engine checks them, but for a 0 asked for (its 0 is
+// "the provider's default").
+func paramsFromProto(p *agentdv1.ModelParams) (*provider.Params, error) {
+	if p == nil {
+		return nil, nil
+	}
+	if p.MaxTokens != nil && p.GetMaxTokens() == 0 {
+		return nil, invalidArg("params.max_tokens", "must be > 0 (leave it out for the provider's default)")
+	}
+	out := &provider.Params{MaxTokens: int(p.GetMaxTokens()), Temperature: p.Temperature, TopP: p.TopP,
+		StopSequences: p.GetStopSequences()}
+	if th := p.GetThinking(); th != nil {
+		if _, ok := th.GetLevel().(*agentdv1.ThinkingParams_BudgetTokens); ok && th.GetBudgetTokens() == 0 {
+			return nil, invalidArg("params.thinking.budget_tokens", "must be > 0")
+		}
+		out.Thinking = &provider.Thinking{BudgetTokens: int(th.GetBudgetTokens()), Effort: th.GetEffort()}
+	}
+	return out, nil
+}
+
+// paramsToProto maps a session's model parameters (every field set that
+// is set, none else).
+func paramsToProto(p provider.Params) *agentdv1.ModelParams {
+	out := &agentdv1.ModelParams{Temperature: p.Temperature, TopP: p.TopP, StopSequences: p.StopSequences}
+	if p.MaxTokens != 0 {
+		out.MaxTokens = ptr(int32(p.MaxTokens))
+	}
+	if th := p.Thinking; th != nil {
+		out.Thinking = &agentdv1.ThinkingParams{}
+		switch {
+		case th.BudgetTokens != 0:
+			out.Thinking.Level = &agentdv1.ThinkingParams_BudgetTokens{BudgetTokens: int32(th.BudgetTokens)}
+		case th.Effort != "":
+			out.Thinking.Level = &agentdv1.ThinkingParams_Effort{Effort: th.Effort}
+		}
+	}
+	return out
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func stopDetails(t string) *agentdv1.StopDetails {
@@ -245,8 +285,16 @@ func entryToProto(e session.Entry) *agentdv1.Message {
 		out.ModelChange = &agentdv1.ModelChange{From: e.ModelChange.From, To: e.ModelChange.To, Reason: e.ModelChange.Reason}
 	}
 	for _, b := range m.Content {
+		text := b.Text
+		if b.Type == provider.BlockRedactedThinking {
+			// Opaque data (histories written before Block.Data held it in
+			// Text): reasoning state, never shown.
+			text = ""
+		}
+		// Signatures, redacted data and encrypted reasoning stay here: a
+		// thinking block shows its thinking text only.
 		out.Content = append(out.Content, &agentdv1.ContentBlock{
-			Type: b.Type, Text: b.Text, ToolCallId: b.ToolCallID, ToolName: b.ToolName,
+			Type: b.Type, Text: text, ToolCallId: b.ToolCallID, ToolName: b.ToolName,
 			ToolInput: jsonValue(b.ToolInput), IsError: b.IsError,
 		})
 	}
@@ -255,7 +303,10 @@ func entryToProto(e session.Entry) *agentdv1.Message {
 
 func credentialToProto(i credstore.Info) *agentdv1.Credential {
 	out := &agentdv1.Credential{Id: i.ID, Provider: i.Provider, Status: i.Status, BlockReason: i.BlockReason,
-		BankedResets: int32(i.BankedResets), Source: i.Source, Owner: i.Owner}
+		BankedResets: int32(i.BankedResets), Source: i.Source, Owner: i.Owner, Account: i.Account}
+	if out.Account == "" {
+		out.Account = i.ID // a credential without an account is an account of its own
+	}
 	if !i.BlockedUntil.IsZero() {
 		out.BlockedUntil = timestamppb.New(i.BlockedUntil)
 	}

@@ -46,11 +46,13 @@ func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.
 		return nil, invalidArg("banked_resets", "must be >= 0")
 	case req.GetId() != "" && !credentialIDRe.MatchString(req.GetId()):
 		return nil, invalidArg("id", "%q must match %s", req.GetId(), credentialIDRe)
+	case req.GetAccount() != "" && !credentialIDRe.MatchString(req.GetAccount()):
+		return nil, invalidArg("account", "%q must match %s", req.GetAccount(), credentialIDRe)
 	}
 	info, err := c.store.Add(ctx, credstore.Credential{
 		ID: req.GetId(), Provider: req.GetProvider(), Secret: req.GetSecret(),
 		Source: credstore.SourceAPI, BankedResets: int(req.GetBankedResets()),
-		Owner: ownerFor(ctx),
+		Owner: ownerFor(ctx), Account: req.GetAccount(),
 	})
 	if err != nil {
 		return nil, toStatus(err)

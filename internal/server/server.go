@@ -248,7 +248,8 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 			api = openai.APIChat
 		}
 		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
-			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses}), nil
+			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses,
+			EncryptedReasoning: pc.EncryptedReasoning}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}

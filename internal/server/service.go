@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -52,9 +53,15 @@ func (a *agentService) CreateSession(ctx context.Context, req *agentdv1.CreateSe
 	if err != nil {
 		return nil, err
 	}
+	var params provider.Params
+	if p, err := paramsFromProto(req.GetParams()); err != nil {
+		return nil, err
+	} else if p != nil {
+		params = *p
+	}
 	s, err := a.sessions.Create(ctx, tenantOf(ctx), session.CreateParams{
 		Model: req.GetModel(), Role: req.GetRole(), SystemPrompt: req.GetSystemPrompt(),
-		Retry: overrides, Tools: tools,
+		Retry: overrides, Tools: tools, Params: params,
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -152,7 +159,11 @@ func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStr
 	if err != nil {
 		return err
 	}
-	promptID, sub, err := s.Prompt(ctx, req.GetText())
+	params, err := paramsFromProto(req.GetParams())
+	if err != nil {
+		return err
+	}
+	promptID, sub, err := s.PromptWith(ctx, req.GetText(), session.PromptOptions{Params: params})
 	if err != nil {
 		return toStatus(err)
 	}

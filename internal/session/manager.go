@@ -221,6 +221,10 @@ type CreateParams struct {
 	SystemPrompt string
 	Retry        RetryOverrides
 	Tools        []provider.Tool
+	// Params are the model parameters of the session's calls (zero: the
+	// provider's defaults), checked against Model's provider kind and
+	// catalog.
+	Params provider.Params
 }
 
 // RetryOverrides are per-session overrides of the server's retry settings.
@@ -268,12 +272,15 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 	if err := checkTools(p.Tools); err != nil {
 		return nil, err
 	}
+	if err := m.checkParams(p.Model, p.Params); err != nil {
+		return nil, err
+	}
 	id := newID("ses_")
 	// With a shared store, lastUsed keeps the new copy from being dropped
 	// as idle (evictIdle) before anyone used it.
 	s := &Session{
 		m: m, id: id, tenant: tenant, created: m.opts.Now(), lastUsed: time.Now(),
-		role: p.Role, system: p.SystemPrompt, tools: p.Tools,
+		role: p.Role, system: p.SystemPrompt, tools: p.Tools, params: p.Params,
 		primary: p.Model, model: p.Model, settings: settings,
 		log: newEventLog(id, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -73,7 +74,7 @@ func (m *Manager) startShared() {
 // recordOf is the stored form of a new session.
 func recordOf(s *Session) Record {
 	return Record{ID: s.id, Tenant: s.tenant, Role: s.role, System: s.system, Primary: s.primary,
-		Tools: s.tools, Created: s.created, Mutable: s.mutableLocked()}
+		Tools: s.tools, Params: s.params, Created: s.created, Mutable: s.mutableLocked()}
 }
 
 func (s *Session) mutableLocked() Mutable {
@@ -120,7 +121,7 @@ func (m *Manager) adopt(rec Record) *Session {
 	if !ok {
 		s = &Session{
 			m: m, id: rec.ID, tenant: rec.Tenant, created: rec.Created, order: rec.Order,
-			role: rec.Role, system: rec.System, tools: rec.Tools, primary: rec.Primary,
+			role: rec.Role, system: rec.System, tools: rec.Tools, primary: rec.Primary, params: rec.Params,
 			ctxEntries: -1,
 			log:        newEventLog(rec.ID, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
 		}
@@ -582,9 +583,20 @@ func (s *Session) persistRetryLocked(r Run, stripped int64) {
 		s.m.log.Warn("session not saved", "session", s.id, "err", err)
 	}
 	r.Replica = sh.ReplicaID()
+	r.Params = s.promptParamsLocked()
 	if err := sh.SaveRun(ctx, s.id, r); err != nil {
 		s.m.log.Warn("run state not stored (another replica could not resume this retry)", "session", s.id, "err", err)
 	}
+}
+
+// promptParamsLocked is the running prompt's model parameters for its run
+// record: nil when they are the session's.
+func (s *Session) promptParamsLocked() *provider.Params {
+	if reflect.DeepEqual(s.runParams, s.params) {
+		return nil
+	}
+	p := s.runParams
+	return &p
 }
 
 // subscribeShared brings this replica's copy of the log up to date, fills in
@@ -883,6 +895,10 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	}
 	lostReplica := run.Replica
 	var res *resumePoint
+	s.runParams, s.thinkingOff = s.params, false
+	if run.Params != nil {
+		s.runParams = *run.Params
+	}
 	if run.Attempt > 0 && !run.Due.IsZero() {
 		res = &resumePoint{attempt: run.Attempt, due: run.Due, class: run.Class, source: run.DelaySource, calls: run.Calls}
 		s.retryAttempt, s.gateOpen = run.Attempt, true

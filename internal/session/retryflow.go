@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/provider"
@@ -39,11 +40,24 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		return false, finalCancelled
 	}
 	// 3. Count the attempt. 4. Open the gate once per chain.
+	if s.retryAttempt == 0 {
+		s.freeRetries, s.reasoningRetried = 0, false
+	}
 	s.retryAttempt++
 	attempt := s.retryAttempt
 	s.gateOpen = true
+	// Reasoning state the provider refused although its origin matched the
+	// call (the account of a key changed, say): stripped, or thinking off
+	// for the open tool loop, and retried once at once, outside
+	// max_retries. A second refusal after that is an error like any other.
+	reasoningFix := v.StaleReasoning() && !s.reasoningRetried
+	if reasoningFix {
+		s.reasoningRetried = true
+		s.freeRetries++
+	}
+	free := s.freeRetries
 	// 5. Past maxRetries: final failure, reporting the last attempted retry.
-	if attempt > settings.MaxRetries {
+	if attempt-free > settings.MaxRetries {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt - 1, FinalError: errMsg})
 		s.chainEndedLocked(ChainMaxRetries, attempt-1, errMsg)
 		s.retryAttempt, s.gateOpen = 0, false
@@ -55,6 +69,8 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	s.mu.Unlock()
 
 	p := s.m.providerOf(model)
+	// What the failed call was sent to.
+	target := provider.Origin{Provider: p.Name, Model: strings.TrimPrefix(model, p.Name+"/"), Account: cred.AccountName()}
 	switched := false
 	var sw CredentialSwitch
 
@@ -148,6 +164,9 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 			s.ctxIndex = s.ctxIndex[:n-1]
 		}
 	}
+	if reasoningFix {
+		s.recoverReasoningLocked(v.Stale, target)
+	}
 	if s.m.opts.Shared != nil {
 		// Durable before it is announced: another replica resumes this
 		// retry at its due time if this one is lost meanwhile.
@@ -155,8 +174,8 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 			Class: string(v.Class), DelaySource: string(plan.Source), Credential: s.credential.ID, Calls: calls}, stripped)
 	}
 	// 10. auto_retry_start.
-	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries,
-		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: string(v.Class)})
+	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries + free,
+		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: v.EventClass()})
 	// 12. Sleep, cancellable by AbortRetry (and so by Abort).
 	cancel := make(chan struct{})
 	s.sleepCancel = cancel
@@ -168,6 +187,22 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		"credential", s.credential.ID, "error", errMsg)
 	s.mu.Unlock()
 	return s.backoff(ctx, gen, promptID, attempt, string(v.Class), string(plan.Source), plan.Delay, cancel, errMsg, calls)
+}
+
+// recoverReasoningLocked makes the runtime context acceptable to target,
+// which refused its reasoning state (case): a refused signature or
+// encrypted content strips the state target was sent (the persisted history
+// keeps it; other origins' state stays for calls to them), a refused
+// thinking order turns thinking off until the open tool loop ends.
+func (s *Session) recoverReasoningLocked(c retry.StaleCase, target provider.Origin) {
+	switch c {
+	case retry.StaleReasoningOrder:
+		s.thinkingOff = true
+	default:
+		s.context = provider.StripReasoningFor(s.context, target)
+	}
+	s.m.log.Info("stale reasoning state: retrying without it", "session", s.id, "case", c,
+		"provider", target.Provider, "model", target.Model, "account", target.Account)
 }
 
 // backoff is step 12's sleep, which cancel (set as the session's

@@ -31,6 +31,7 @@ type Session struct {
 	system  string
 	tools   []provider.Tool
 	primary string
+	params  provider.Params // the session's model parameters
 	log     *eventLog
 
 	mu       sync.Mutex
@@ -66,6 +67,18 @@ type Session struct {
 	runDone    chan struct{}
 	streaming  bool // a model call is in flight
 
+	// The running prompt's model parameters (the session's, or its own),
+	// and thinkingOff: a provider refused thinking for the open tool loop
+	// (stale reasoning, reasoning_order), whose calls go without thinking
+	// until the loop ends.
+	runParams   provider.Params
+	thinkingOff bool
+	// freeRetries are the retry chain's retries that max_retries does not
+	// count (a stale-reasoning retry after the strip); reasoningRetried:
+	// one was made since the last successful call.
+	freeRetries      int
+	reasoningRetried bool
+
 	// The retry chain (the source's #retryAttempt, #retryPromise,
 	// #retryAbortController).
 	retryAttempt int
@@ -95,6 +108,7 @@ type State struct {
 	RetryAttempt                                        int
 	Retry                                               retry.Settings
 	Tools                                               []provider.Tool
+	Params                                              provider.Params
 	Created                                             time.Time
 	LastSeq                                             uint64
 	MessageCount                                        int
@@ -109,7 +123,7 @@ func (s *Session) State() State {
 	st := State{
 		ID: s.id, Tenant: s.tenant, Model: s.model, PrimaryModel: s.primary, Role: s.role,
 		SystemPrompt: s.system, IsRetrying: s.gateOpen, RetryAttempt: s.retryAttempt,
-		Retry: s.settings, Tools: s.tools, Created: s.created, LastSeq: s.log.lastSeq(),
+		Retry: s.settings, Tools: s.tools, Params: s.params, Created: s.created, LastSeq: s.log.lastSeq(),
 		MessageCount: s.entries, Status: StatusIdle,
 	}
 	if w := s.waiting; w != nil {
@@ -234,11 +248,32 @@ func (s *Session) abortLocked(cause string) <-chan struct{} {
 // just before its first event. The prompt runs on its own: the caller may
 // stop reading at any time.
 func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscription, error) {
+	return s.PromptWith(ctx, text, PromptOptions{})
+}
+
+// PromptOptions are a prompt's own settings.
+type PromptOptions struct {
+	// Params, when set, override the session's model parameters for this
+	// prompt's calls: each field set replaces the session's (thinking as a
+	// whole). They are checked as the session's were; a refused prompt
+	// changes nothing.
+	Params *provider.Params
+}
+
+// PromptWith is Prompt with the prompt's own settings.
+func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) (string, *Subscription, error) {
 	if strings.TrimSpace(text) == "" {
 		return "", nil, invalid("text", "is empty")
 	}
 	if len(text) > s.m.opts.MaxPromptBytes {
 		return "", nil, invalid("text", "is %d bytes, more than the limit of %d", len(text), s.m.opts.MaxPromptBytes)
+	}
+	params := s.params
+	if o.Params != nil {
+		params = mergeParams(s.params, *o.Params)
+		if err := s.m.checkParams(s.primary, params); err != nil {
+			return "", nil, err
+		}
 	}
 	s.mu.Lock()
 	p := s.m.providerOf(s.model)
@@ -324,6 +359,7 @@ func (s *Session) Prompt(ctx context.Context, text string) (string, *Subscriptio
 	}
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
 	s.running, s.promptID, s.cancelRun, s.abortCause = true, promptID, cancel, ""
+	s.runParams, s.thinkingOff, s.reasoningRetried = params, false, false
 	s.runDone = make(chan struct{})
 	gen := s.generation
 	started = true
@@ -514,6 +550,9 @@ func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (tur
 		s.chainSucceeded(promptID)
 		calls := toolCallsOf(msg)
 		if msg.StopReason != provider.StopToolUse || len(calls) == 0 {
+			s.mu.Lock()
+			s.thinkingOff = false // the tool loop has ended
+			s.mu.Unlock()
 			return t, ""
 		}
 		if errText := s.awaitToolResults(ctx, promptID, calls); errText != "" {
@@ -547,11 +586,13 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		Tools:     s.tools,
 		Call:      call,
 	}
+	params, thinkingOff := s.runParams, s.thinkingOff
 	s.streaming = true
 	switched := s.switchedTo
 	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
 	s.mu.Unlock()
 
+	origin := provider.Origin{Provider: p.Name, Model: req.Model}
 	if s.m.opts.Credentials != nil && switched.provider == p.Name && switched.cred.ID != "" {
 		req.Credential = switched.cred
 	} else if s.m.opts.Credentials != nil {
@@ -564,13 +605,13 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 			}}
 			var blocked *credstore.AllBlockedError
 			if !errors.As(err, &blocked) {
-				return s.finishCall(ctx, promptID, model, res, nil)
+				return s.finishCall(ctx, promptID, model, origin, res, nil)
 			}
 			// Every sibling is usage-limited: a usage limit whose wait is the
 			// earliest unblock (step 7 without a switch).
 			v := retry.Verdict{Class: retry.ClassUsageLimit, Retryable: true, Underlying: retry.ClassUsageLimit,
 				UsageWindow: retry.DefaultUsageWindow, UsageWindowEstimated: true, Reason: "every credential is blocked"}
-			t := s.finishCall(ctx, promptID, model, res, &v)
+			t := s.finishCall(ctx, promptID, model, origin, res, &v)
 			t.allBlocked, t.allBlockedFor = true, max(blocked.In, 0)
 			return t
 		}
@@ -581,6 +622,12 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 			s.mu.Unlock()
 		}
 	}
+	// The runtime context as this call's target may take it: reasoning
+	// state goes back only to the provider, model and account that made
+	// it (the context itself keeps it, for a later call to them).
+	origin.Account = req.Credential.AccountName()
+	req.Messages = provider.StripForeignReasoning(req.Messages, origin)
+	req.Params = s.callParams(p, req.Model, params, thinkingOff, req.Messages)
 	s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model, Credential: req.Credential.ID})
 
 	started := time.Now()
@@ -595,7 +642,7 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		}
 		s.emit(e)
 	})
-	t := s.finishCall(ctx, promptID, model, res, nil)
+	t := s.finishCall(ctx, promptID, model, origin, res, nil)
 	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason}
 	if t.Message.StopReason == provider.StopError {
 		if t.Failure != nil {
@@ -607,12 +654,39 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	return t
 }
 
+// callParams are the model parameters of a call of p's model: params
+// fitted to it (fitParams), and without thinking when the provider refused
+// it for the open tool loop (thinkingOff) or when Anthropic would (the
+// loop's last assistant turn, as msgs has it for this call, does not start
+// with thinking of its own: another model or account made it). What
+// changed is logged.
+func (s *Session) callParams(p Provider, model string, params provider.Params, thinkingOff bool, msgs []provider.Message) provider.Params {
+	fitted, notes := fitParams(p, model, params)
+	if fitted.Thinking != nil {
+		switch {
+		case thinkingOff:
+			fitted.Thinking = nil
+			notes = append(notes, "params.thinking: off until the open tool loop ends (the provider refused its reasoning)")
+		case p.Kind == provider.KindAnthropic && provider.OpenToolTurnLacksThinking(msgs):
+			fitted.Thinking = nil
+			notes = append(notes, "params.thinking: off for this call (the open tool loop's last turn has no thinking of this model and account)")
+		}
+	}
+	if len(notes) > 0 {
+		s.m.log.Info("model parameters fitted to the call", "session", s.id, "model", p.Name+"/"+model, "changes", notes)
+	}
+	return fitted
+}
+
 // finishCall ends a model call: message_end, history, runtime context. An
-// error stop is classified, unless verdict gives the classification.
-func (s *Session) finishCall(ctx context.Context, promptID, model string, res provider.Result, verdict *retry.Verdict) turn {
+// error stop is classified, unless verdict gives the classification. The
+// message's blocks get origin (the call's provider, model and account)
+// before they are stored.
+func (s *Session) finishCall(ctx context.Context, promptID, model string, origin provider.Origin, res provider.Result, verdict *retry.Verdict) turn {
 	msg := &res.Message
 	msg.Role = provider.RoleAssistant
 	msg.Model = model
+	msg.SetOrigin(origin)
 	if msg.StopReason == "" {
 		msg.StopReason = provider.StopEnd
 	}
@@ -631,7 +705,7 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, res pr
 		} else {
 			v = retry.Classify(failureOf(&res, s.providerKind(model)), s.m.opts.Now())
 		}
-		end.ErrorClass = string(v.Class)
+		end.ErrorClass = v.EventClass()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -676,6 +750,7 @@ func (m *Manager) providerOf(model string) Provider {
 func (s *Session) chainSucceeded(promptID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reasoningRetried = false
 	if s.retryAttempt > 0 {
 		if s.fallback != nil && s.model != s.fallback.original {
 			s.emit(Event{Type: EventRetryFallbackSucceeded, PromptID: promptID, Model: s.model, Role: s.fallback.role})

@@ -168,6 +168,7 @@ type Record struct {
 	System       string          `json:"system,omitempty"`
 	Primary      string          `json:"primary"`
 	Tools        []provider.Tool `json:"tools,omitempty"`
+	Params       provider.Params `json:"params,omitzero"`
 	Created      time.Time       `json:"created"`
 	Order        uint64          `json:"order"`
 	Mutable      `json:"mutable"`
@@ -203,6 +204,9 @@ type Run struct {
 	Credential  string    `json:"credential,omitempty"`
 	// Calls is the number of model calls the prompt made so far.
 	Calls int `json:"calls,omitempty"`
+	// Params are the prompt's model parameters when the prompt overrode
+	// the session's (nil: the session's).
+	Params *provider.Params `json:"params,omitempty"`
 	// Ending: the prompt has ended (its prompt_end is going out); the
 	// holder is about to release the lease.
 	Ending bool `json:"ending,omitempty"`

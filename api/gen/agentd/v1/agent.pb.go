@@ -59,8 +59,12 @@ type Session struct {
 	// The tool calls the running prompt waits for results of
 	// (SubmitToolResults).
 	PendingToolCalls []*ToolCall `protobuf:"bytes,16,rep,name=pending_tool_calls,json=pendingToolCalls,proto3" json:"pending_tool_calls,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The session's model parameters, as given at creation (a prompt's own
+	// params apply to that prompt only). Fields not set take the provider's
+	// defaults.
+	Params        *ModelParams `protobuf:"bytes,17,opt,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -205,6 +209,190 @@ func (x *Session) GetPendingToolCalls() []*ToolCall {
 	return nil
 }
 
+func (x *Session) GetParams() *ModelParams {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+// ModelParams are the model parameters of a session's calls. Every field
+// is optional; a field not set takes the provider's default. They are
+// checked against the session's provider kind and model catalog: a
+// parameter the provider cannot take, or max_tokens above the model's
+// max_output_tokens, is INVALID_ARGUMENT naming the field (params.max_tokens,
+// params.thinking.budget_tokens, …). A fallback model of another kind gets
+// what its kind can take (the rest is dropped for its calls).
+type ModelParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most tokens of an answer (Anthropic: thinking included).
+	MaxTokens *int32 `protobuf:"varint,1,opt,name=max_tokens,json=maxTokens,proto3,oneof" json:"max_tokens,omitempty"`
+	// 0 to 1 (Anthropic; only 1 while thinking is on) or 2 (OpenAI).
+	Temperature *float64 `protobuf:"fixed64,2,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	// 0 to 1 (Anthropic while thinking is on: 0.95 to 1).
+	TopP *float64 `protobuf:"fixed64,3,opt,name=top_p,json=topP,proto3,oneof" json:"top_p,omitempty"`
+	// The answer ends where the model writes one of these (not accepted by
+	// the OpenAI Responses API; at most 4 for Chat Completions).
+	StopSequences []string `protobuf:"bytes,4,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
+	// Extended thinking (reasoning); not set: off.
+	Thinking      *ThinkingParams `protobuf:"bytes,5,opt,name=thinking,proto3" json:"thinking,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelParams) Reset() {
+	*x = ModelParams{}
+	mi := &file_agentd_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelParams) ProtoMessage() {}
+
+func (x *ModelParams) ProtoReflect() protoreflect.Message {
+	mi := &file_agentd_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelParams.ProtoReflect.Descriptor instead.
+func (*ModelParams) Descriptor() ([]byte, []int) {
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ModelParams) GetMaxTokens() int32 {
+	if x != nil && x.MaxTokens != nil {
+		return *x.MaxTokens
+	}
+	return 0
+}
+
+func (x *ModelParams) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *ModelParams) GetTopP() float64 {
+	if x != nil && x.TopP != nil {
+		return *x.TopP
+	}
+	return 0
+}
+
+func (x *ModelParams) GetStopSequences() []string {
+	if x != nil {
+		return x.StopSequences
+	}
+	return nil
+}
+
+func (x *ModelParams) GetThinking() *ThinkingParams {
+	if x != nil {
+		return x.Thinking
+	}
+	return nil
+}
+
+// ThinkingParams turn extended thinking on: a budget of thinking tokens
+// (Anthropic only; at least 1024, below max_tokens) or an effort. Neither:
+// effort medium.
+type ThinkingParams struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Level:
+	//
+	//	*ThinkingParams_BudgetTokens
+	//	*ThinkingParams_Effort
+	Level         isThinkingParams_Level `protobuf_oneof:"level"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ThinkingParams) Reset() {
+	*x = ThinkingParams{}
+	mi := &file_agentd_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ThinkingParams) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ThinkingParams) ProtoMessage() {}
+
+func (x *ThinkingParams) ProtoReflect() protoreflect.Message {
+	mi := &file_agentd_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ThinkingParams.ProtoReflect.Descriptor instead.
+func (*ThinkingParams) Descriptor() ([]byte, []int) {
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ThinkingParams) GetLevel() isThinkingParams_Level {
+	if x != nil {
+		return x.Level
+	}
+	return nil
+}
+
+func (x *ThinkingParams) GetBudgetTokens() int32 {
+	if x != nil {
+		if x, ok := x.Level.(*ThinkingParams_BudgetTokens); ok {
+			return x.BudgetTokens
+		}
+	}
+	return 0
+}
+
+func (x *ThinkingParams) GetEffort() string {
+	if x != nil {
+		if x, ok := x.Level.(*ThinkingParams_Effort); ok {
+			return x.Effort
+		}
+	}
+	return ""
+}
+
+type isThinkingParams_Level interface {
+	isThinkingParams_Level()
+}
+
+type ThinkingParams_BudgetTokens struct {
+	// Anthropic's budget_tokens.
+	BudgetTokens int32 `protobuf:"varint,1,opt,name=budget_tokens,json=budgetTokens,proto3,oneof"`
+}
+
+type ThinkingParams_Effort struct {
+	// low, medium or high (Anthropic: a budget of 1024, 4096 or 16384
+	// tokens).
+	Effort string `protobuf:"bytes,2,opt,name=effort,proto3,oneof"`
+}
+
+func (*ThinkingParams_BudgetTokens) isThinkingParams_Level() {}
+
+func (*ThinkingParams_Effort) isThinkingParams_Level() {}
+
 // RetrySettings is the retry group of the behaviour source. In
 // CreateSessionRequest every field is an optional override of the server
 // default; in Session it is the effective value.
@@ -226,7 +414,7 @@ type RetrySettings struct {
 
 func (x *RetrySettings) Reset() {
 	*x = RetrySettings{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[1]
+	mi := &file_agentd_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +426,7 @@ func (x *RetrySettings) String() string {
 func (*RetrySettings) ProtoMessage() {}
 
 func (x *RetrySettings) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[1]
+	mi := &file_agentd_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +439,7 @@ func (x *RetrySettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetrySettings.ProtoReflect.Descriptor instead.
 func (*RetrySettings) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RetrySettings) GetEnabled() bool {
@@ -313,7 +501,7 @@ type ModelChain struct {
 
 func (x *ModelChain) Reset() {
 	*x = ModelChain{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[2]
+	mi := &file_agentd_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +513,7 @@ func (x *ModelChain) String() string {
 func (*ModelChain) ProtoMessage() {}
 
 func (x *ModelChain) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[2]
+	mi := &file_agentd_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +526,7 @@ func (x *ModelChain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelChain.ProtoReflect.Descriptor instead.
 func (*ModelChain) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ModelChain) GetModels() []string {
@@ -361,7 +549,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[3]
+	mi := &file_agentd_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +561,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[3]
+	mi := &file_agentd_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +574,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Tool) GetName() string {
@@ -418,15 +606,17 @@ type CreateSessionRequest struct {
 	Role         string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
 	SystemPrompt string `protobuf:"bytes,3,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
 	// Overrides of the server's retry settings.
-	Retry         *RetrySettings `protobuf:"bytes,4,opt,name=retry,proto3" json:"retry,omitempty"`
-	Tools         []*Tool        `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
+	Retry *RetrySettings `protobuf:"bytes,4,opt,name=retry,proto3" json:"retry,omitempty"`
+	Tools []*Tool        `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The model parameters of the session's calls.
+	Params        *ModelParams `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[4]
+	mi := &file_agentd_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +628,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[4]
+	mi := &file_agentd_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +641,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSessionRequest) GetModel() string {
@@ -489,6 +679,13 @@ func (x *CreateSessionRequest) GetTools() []*Tool {
 	return nil
 }
 
+func (x *CreateSessionRequest) GetParams() *ModelParams {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
 type GetSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -498,7 +695,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[5]
+	mi := &file_agentd_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +707,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[5]
+	mi := &file_agentd_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +720,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -545,7 +742,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[6]
+	mi := &file_agentd_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +754,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[6]
+	mi := &file_agentd_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +767,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -598,7 +795,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[7]
+	mi := &file_agentd_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +807,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[7]
+	mi := &file_agentd_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +820,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -649,7 +846,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[8]
+	mi := &file_agentd_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +858,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[8]
+	mi := &file_agentd_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +871,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -692,7 +889,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[9]
+	mi := &file_agentd_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +901,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[9]
+	mi := &file_agentd_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,21 +914,24 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 type PromptRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The user message.
-	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// Model parameters for this prompt's calls only: each field set replaces
+	// the session's (thinking as a whole); the others stay the session's.
+	Params        *ModelParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PromptRequest) Reset() {
 	*x = PromptRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[10]
+	mi := &file_agentd_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +943,7 @@ func (x *PromptRequest) String() string {
 func (*PromptRequest) ProtoMessage() {}
 
 func (x *PromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[10]
+	mi := &file_agentd_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +956,7 @@ func (x *PromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptRequest.ProtoReflect.Descriptor instead.
 func (*PromptRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PromptRequest) GetSessionId() string {
@@ -773,6 +973,13 @@ func (x *PromptRequest) GetText() string {
 	return ""
 }
 
+func (x *PromptRequest) GetParams() *ModelParams {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
 type StreamEventsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -785,7 +992,7 @@ type StreamEventsRequest struct {
 
 func (x *StreamEventsRequest) Reset() {
 	*x = StreamEventsRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[11]
+	mi := &file_agentd_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +1004,7 @@ func (x *StreamEventsRequest) String() string {
 func (*StreamEventsRequest) ProtoMessage() {}
 
 func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[11]
+	mi := &file_agentd_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1017,7 @@ func (x *StreamEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamEventsRequest.ProtoReflect.Descriptor instead.
 func (*StreamEventsRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamEventsRequest) GetSessionId() string {
@@ -836,7 +1043,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[12]
+	mi := &file_agentd_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1055,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[12]
+	mi := &file_agentd_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1068,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AbortRequest) GetSessionId() string {
@@ -879,7 +1086,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[13]
+	mi := &file_agentd_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1098,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[13]
+	mi := &file_agentd_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1111,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 type AbortRetryRequest struct {
@@ -916,7 +1123,7 @@ type AbortRetryRequest struct {
 
 func (x *AbortRetryRequest) Reset() {
 	*x = AbortRetryRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[14]
+	mi := &file_agentd_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1135,7 @@ func (x *AbortRetryRequest) String() string {
 func (*AbortRetryRequest) ProtoMessage() {}
 
 func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[14]
+	mi := &file_agentd_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1148,7 @@ func (x *AbortRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRetryRequest.ProtoReflect.Descriptor instead.
 func (*AbortRetryRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AbortRetryRequest) GetSessionId() string {
@@ -959,7 +1166,7 @@ type AbortRetryResponse struct {
 
 func (x *AbortRetryResponse) Reset() {
 	*x = AbortRetryResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[15]
+	mi := &file_agentd_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1178,7 @@ func (x *AbortRetryResponse) String() string {
 func (*AbortRetryResponse) ProtoMessage() {}
 
 func (x *AbortRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[15]
+	mi := &file_agentd_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1191,7 @@ func (x *AbortRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRetryResponse.ProtoReflect.Descriptor instead.
 func (*AbortRetryResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 type SetAutoRetryRequest struct {
@@ -997,7 +1204,7 @@ type SetAutoRetryRequest struct {
 
 func (x *SetAutoRetryRequest) Reset() {
 	*x = SetAutoRetryRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[16]
+	mi := &file_agentd_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1216,7 @@ func (x *SetAutoRetryRequest) String() string {
 func (*SetAutoRetryRequest) ProtoMessage() {}
 
 func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[16]
+	mi := &file_agentd_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1229,7 @@ func (x *SetAutoRetryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoRetryRequest.ProtoReflect.Descriptor instead.
 func (*SetAutoRetryRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetAutoRetryRequest) GetSessionId() string {
@@ -1049,7 +1256,7 @@ type SetAutoRetryResponse struct {
 
 func (x *SetAutoRetryResponse) Reset() {
 	*x = SetAutoRetryResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[17]
+	mi := &file_agentd_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1268,7 @@ func (x *SetAutoRetryResponse) String() string {
 func (*SetAutoRetryResponse) ProtoMessage() {}
 
 func (x *SetAutoRetryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[17]
+	mi := &file_agentd_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1281,7 @@ func (x *SetAutoRetryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAutoRetryResponse.ProtoReflect.Descriptor instead.
 func (*SetAutoRetryResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetAutoRetryResponse) GetEnabled() bool {
@@ -1096,7 +1303,7 @@ type ListMessagesRequest struct {
 
 func (x *ListMessagesRequest) Reset() {
 	*x = ListMessagesRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[18]
+	mi := &file_agentd_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1315,7 @@ func (x *ListMessagesRequest) String() string {
 func (*ListMessagesRequest) ProtoMessage() {}
 
 func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[18]
+	mi := &file_agentd_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1328,7 @@ func (x *ListMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListMessagesRequest) GetSessionId() string {
@@ -1155,7 +1362,7 @@ type ListMessagesResponse struct {
 
 func (x *ListMessagesResponse) Reset() {
 	*x = ListMessagesResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[19]
+	mi := &file_agentd_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1374,7 @@ func (x *ListMessagesResponse) String() string {
 func (*ListMessagesResponse) ProtoMessage() {}
 
 func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[19]
+	mi := &file_agentd_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1387,7 @@ func (x *ListMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListMessagesResponse) GetMessages() []*Message {
@@ -1207,7 +1414,7 @@ type SubmitToolResultsRequest struct {
 
 func (x *SubmitToolResultsRequest) Reset() {
 	*x = SubmitToolResultsRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[20]
+	mi := &file_agentd_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1426,7 @@ func (x *SubmitToolResultsRequest) String() string {
 func (*SubmitToolResultsRequest) ProtoMessage() {}
 
 func (x *SubmitToolResultsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[20]
+	mi := &file_agentd_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1439,7 @@ func (x *SubmitToolResultsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitToolResultsRequest.ProtoReflect.Descriptor instead.
 func (*SubmitToolResultsRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SubmitToolResultsRequest) GetSessionId() string {
@@ -1261,7 +1468,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[21]
+	mi := &file_agentd_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1480,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[21]
+	mi := &file_agentd_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1493,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolResult) GetCallId() string {
@@ -1318,7 +1525,7 @@ type SubmitToolResultsResponse struct {
 
 func (x *SubmitToolResultsResponse) Reset() {
 	*x = SubmitToolResultsResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[22]
+	mi := &file_agentd_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1537,7 @@ func (x *SubmitToolResultsResponse) String() string {
 func (*SubmitToolResultsResponse) ProtoMessage() {}
 
 func (x *SubmitToolResultsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[22]
+	mi := &file_agentd_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1550,7 @@ func (x *SubmitToolResultsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitToolResultsResponse.ProtoReflect.Descriptor instead.
 func (*SubmitToolResultsResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 type CreateStreamTicketRequest struct {
@@ -1355,7 +1562,7 @@ type CreateStreamTicketRequest struct {
 
 func (x *CreateStreamTicketRequest) Reset() {
 	*x = CreateStreamTicketRequest{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[23]
+	mi := &file_agentd_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1574,7 @@ func (x *CreateStreamTicketRequest) String() string {
 func (*CreateStreamTicketRequest) ProtoMessage() {}
 
 func (x *CreateStreamTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[23]
+	mi := &file_agentd_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1587,7 @@ func (x *CreateStreamTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStreamTicketRequest.ProtoReflect.Descriptor instead.
 func (*CreateStreamTicketRequest) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateStreamTicketRequest) GetSessionId() string {
@@ -1402,7 +1609,7 @@ type CreateStreamTicketResponse struct {
 
 func (x *CreateStreamTicketResponse) Reset() {
 	*x = CreateStreamTicketResponse{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[24]
+	mi := &file_agentd_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1621,7 @@ func (x *CreateStreamTicketResponse) String() string {
 func (*CreateStreamTicketResponse) ProtoMessage() {}
 
 func (x *CreateStreamTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[24]
+	mi := &file_agentd_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1634,7 @@ func (x *CreateStreamTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStreamTicketResponse.ProtoReflect.Descriptor instead.
 func (*CreateStreamTicketResponse) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateStreamTicketResponse) GetTicket() string {
@@ -1469,7 +1676,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[25]
+	mi := &file_agentd_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1688,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[25]
+	mi := &file_agentd_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1701,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Message) GetIndex() int64 {
@@ -1571,7 +1778,11 @@ func (x *Message) GetModelChange() *ModelChange {
 type ContentBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// text, thinking, redacted_thinking, tool_call or tool_result.
-	Type       string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// Text, tool result content, or a thinking block's thinking text. The
+	// reasoning state the provider needs to accept thinking back (signatures,
+	// redacted thinking's data, encrypted reasoning) is kept by the server
+	// and never returned: a redacted_thinking block has no text.
 	Text       string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	ToolCallId string `protobuf:"bytes,3,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	ToolName   string `protobuf:"bytes,4,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
@@ -1585,7 +1796,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_agentd_v1_agent_proto_msgTypes[26]
+	mi := &file_agentd_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1808,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_agent_proto_msgTypes[26]
+	mi := &file_agentd_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1821,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentd_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ContentBlock) GetType() string {
@@ -1659,7 +1870,7 @@ var File_agentd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15agentd/v1/agent.proto\x12\tagentd.v1\x1a\x15agentd/v1/event.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x04\n" +
+	"\x15agentd/v1/agent.proto\x12\tagentd.v1\x1a\x15agentd/v1/event.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x04\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
@@ -1679,7 +1890,22 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"createTime\x12\x19\n" +
 	"\blast_seq\x18\x0e \x01(\x04R\alastSeq\x12#\n" +
 	"\rmessage_count\x18\x0f \x01(\x05R\fmessageCount\x12A\n" +
-	"\x12pending_tool_calls\x18\x10 \x03(\v2\x13.agentd.v1.ToolCallR\x10pendingToolCalls\"\xa9\x04\n" +
+	"\x12pending_tool_calls\x18\x10 \x03(\v2\x13.agentd.v1.ToolCallR\x10pendingToolCalls\x12.\n" +
+	"\x06params\x18\x11 \x01(\v2\x16.agentd.v1.ModelParamsR\x06params\"\xf9\x01\n" +
+	"\vModelParams\x12\"\n" +
+	"\n" +
+	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
+	"\vtemperature\x18\x02 \x01(\x01H\x01R\vtemperature\x88\x01\x01\x12\x18\n" +
+	"\x05top_p\x18\x03 \x01(\x01H\x02R\x04topP\x88\x01\x01\x12%\n" +
+	"\x0estop_sequences\x18\x04 \x03(\tR\rstopSequences\x125\n" +
+	"\bthinking\x18\x05 \x01(\v2\x19.agentd.v1.ThinkingParamsR\bthinkingB\r\n" +
+	"\v_max_tokensB\x0e\n" +
+	"\f_temperatureB\b\n" +
+	"\x06_top_p\"Z\n" +
+	"\x0eThinkingParams\x12%\n" +
+	"\rbudget_tokens\x18\x01 \x01(\x05H\x00R\fbudgetTokens\x12\x18\n" +
+	"\x06effort\x18\x02 \x01(\tH\x00R\x06effortB\a\n" +
+	"\x05level\"\xa9\x04\n" +
 	"\rRetrySettings\x12\x1d\n" +
 	"\aenabled\x18\x01 \x01(\bH\x00R\aenabled\x88\x01\x01\x12$\n" +
 	"\vmax_retries\x18\x02 \x01(\x05H\x01R\n" +
@@ -1706,13 +1932,14 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
-	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\xbc\x01\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"\xec\x01\n" +
 	"\x14CreateSessionRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12#\n" +
 	"\rsystem_prompt\x18\x03 \x01(\tR\fsystemPrompt\x12.\n" +
 	"\x05retry\x18\x04 \x01(\v2\x18.agentd.v1.RetrySettingsR\x05retry\x12%\n" +
-	"\x05tools\x18\x05 \x03(\v2\x0f.agentd.v1.ToolR\x05tools\"2\n" +
+	"\x05tools\x18\x05 \x03(\v2\x0f.agentd.v1.ToolR\x05tools\x12.\n" +
+	"\x06params\x18\x06 \x01(\v2\x16.agentd.v1.ModelParamsR\x06params\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"Q\n" +
@@ -1726,11 +1953,12 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15DeleteSessionResponse\"B\n" +
+	"\x15DeleteSessionResponse\"r\n" +
 	"\rPromptRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"Q\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12.\n" +
+	"\x06params\x18\x03 \x01(\v2\x16.agentd.v1.ModelParamsR\x06params\"Q\n" +
 	"\x13StreamEventsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +
@@ -1825,92 +2053,98 @@ func file_agentd_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentd_v1_agent_proto_rawDescData
 }
 
-var file_agentd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_agentd_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_agentd_v1_agent_proto_goTypes = []any{
 	(*Session)(nil),                    // 0: agentd.v1.Session
-	(*RetrySettings)(nil),              // 1: agentd.v1.RetrySettings
-	(*ModelChain)(nil),                 // 2: agentd.v1.ModelChain
-	(*Tool)(nil),                       // 3: agentd.v1.Tool
-	(*CreateSessionRequest)(nil),       // 4: agentd.v1.CreateSessionRequest
-	(*GetSessionRequest)(nil),          // 5: agentd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),        // 6: agentd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),       // 7: agentd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),       // 8: agentd.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),      // 9: agentd.v1.DeleteSessionResponse
-	(*PromptRequest)(nil),              // 10: agentd.v1.PromptRequest
-	(*StreamEventsRequest)(nil),        // 11: agentd.v1.StreamEventsRequest
-	(*AbortRequest)(nil),               // 12: agentd.v1.AbortRequest
-	(*AbortResponse)(nil),              // 13: agentd.v1.AbortResponse
-	(*AbortRetryRequest)(nil),          // 14: agentd.v1.AbortRetryRequest
-	(*AbortRetryResponse)(nil),         // 15: agentd.v1.AbortRetryResponse
-	(*SetAutoRetryRequest)(nil),        // 16: agentd.v1.SetAutoRetryRequest
-	(*SetAutoRetryResponse)(nil),       // 17: agentd.v1.SetAutoRetryResponse
-	(*ListMessagesRequest)(nil),        // 18: agentd.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),       // 19: agentd.v1.ListMessagesResponse
-	(*SubmitToolResultsRequest)(nil),   // 20: agentd.v1.SubmitToolResultsRequest
-	(*ToolResult)(nil),                 // 21: agentd.v1.ToolResult
-	(*SubmitToolResultsResponse)(nil),  // 22: agentd.v1.SubmitToolResultsResponse
-	(*CreateStreamTicketRequest)(nil),  // 23: agentd.v1.CreateStreamTicketRequest
-	(*CreateStreamTicketResponse)(nil), // 24: agentd.v1.CreateStreamTicketResponse
-	(*Message)(nil),                    // 25: agentd.v1.Message
-	(*ContentBlock)(nil),               // 26: agentd.v1.ContentBlock
-	nil,                                // 27: agentd.v1.RetrySettings.FallbackChainsEntry
-	(*timestamppb.Timestamp)(nil),      // 28: google.protobuf.Timestamp
-	(*ToolCall)(nil),                   // 29: agentd.v1.ToolCall
-	(*structpb.Struct)(nil),            // 30: google.protobuf.Struct
-	(*StopDetails)(nil),                // 31: agentd.v1.StopDetails
-	(*ModelChange)(nil),                // 32: agentd.v1.ModelChange
-	(*structpb.Value)(nil),             // 33: google.protobuf.Value
-	(*Event)(nil),                      // 34: agentd.v1.Event
+	(*ModelParams)(nil),                // 1: agentd.v1.ModelParams
+	(*ThinkingParams)(nil),             // 2: agentd.v1.ThinkingParams
+	(*RetrySettings)(nil),              // 3: agentd.v1.RetrySettings
+	(*ModelChain)(nil),                 // 4: agentd.v1.ModelChain
+	(*Tool)(nil),                       // 5: agentd.v1.Tool
+	(*CreateSessionRequest)(nil),       // 6: agentd.v1.CreateSessionRequest
+	(*GetSessionRequest)(nil),          // 7: agentd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),        // 8: agentd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 9: agentd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),       // 10: agentd.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),      // 11: agentd.v1.DeleteSessionResponse
+	(*PromptRequest)(nil),              // 12: agentd.v1.PromptRequest
+	(*StreamEventsRequest)(nil),        // 13: agentd.v1.StreamEventsRequest
+	(*AbortRequest)(nil),               // 14: agentd.v1.AbortRequest
+	(*AbortResponse)(nil),              // 15: agentd.v1.AbortResponse
+	(*AbortRetryRequest)(nil),          // 16: agentd.v1.AbortRetryRequest
+	(*AbortRetryResponse)(nil),         // 17: agentd.v1.AbortRetryResponse
+	(*SetAutoRetryRequest)(nil),        // 18: agentd.v1.SetAutoRetryRequest
+	(*SetAutoRetryResponse)(nil),       // 19: agentd.v1.SetAutoRetryResponse
+	(*ListMessagesRequest)(nil),        // 20: agentd.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),       // 21: agentd.v1.ListMessagesResponse
+	(*SubmitToolResultsRequest)(nil),   // 22: agentd.v1.SubmitToolResultsRequest
+	(*ToolResult)(nil),                 // 23: agentd.v1.ToolResult
+	(*SubmitToolResultsResponse)(nil),  // 24: agentd.v1.SubmitToolResultsResponse
+	(*CreateStreamTicketRequest)(nil),  // 25: agentd.v1.CreateStreamTicketRequest
+	(*CreateStreamTicketResponse)(nil), // 26: agentd.v1.CreateStreamTicketResponse
+	(*Message)(nil),                    // 27: agentd.v1.Message
+	(*ContentBlock)(nil),               // 28: agentd.v1.ContentBlock
+	nil,                                // 29: agentd.v1.RetrySettings.FallbackChainsEntry
+	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
+	(*ToolCall)(nil),                   // 31: agentd.v1.ToolCall
+	(*structpb.Struct)(nil),            // 32: google.protobuf.Struct
+	(*StopDetails)(nil),                // 33: agentd.v1.StopDetails
+	(*ModelChange)(nil),                // 34: agentd.v1.ModelChange
+	(*structpb.Value)(nil),             // 35: google.protobuf.Value
+	(*Event)(nil),                      // 36: agentd.v1.Event
 }
 var file_agentd_v1_agent_proto_depIdxs = []int32{
-	1,  // 0: agentd.v1.Session.retry:type_name -> agentd.v1.RetrySettings
-	3,  // 1: agentd.v1.Session.tools:type_name -> agentd.v1.Tool
-	28, // 2: agentd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	29, // 3: agentd.v1.Session.pending_tool_calls:type_name -> agentd.v1.ToolCall
-	27, // 4: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
-	30, // 5: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	1,  // 6: agentd.v1.CreateSessionRequest.retry:type_name -> agentd.v1.RetrySettings
-	3,  // 7: agentd.v1.CreateSessionRequest.tools:type_name -> agentd.v1.Tool
-	0,  // 8: agentd.v1.ListSessionsResponse.sessions:type_name -> agentd.v1.Session
-	25, // 9: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
-	21, // 10: agentd.v1.SubmitToolResultsRequest.results:type_name -> agentd.v1.ToolResult
-	28, // 11: agentd.v1.CreateStreamTicketResponse.expire_time:type_name -> google.protobuf.Timestamp
-	26, // 12: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
-	31, // 13: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
-	28, // 14: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
-	32, // 15: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
-	33, // 16: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
-	2,  // 17: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
-	4,  // 18: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
-	5,  // 19: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
-	6,  // 20: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
-	8,  // 21: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
-	10, // 22: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
-	11, // 23: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
-	12, // 24: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
-	14, // 25: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
-	16, // 26: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
-	18, // 27: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
-	20, // 28: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
-	23, // 29: agentd.v1.AgentService.CreateStreamTicket:input_type -> agentd.v1.CreateStreamTicketRequest
-	0,  // 30: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
-	0,  // 31: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
-	7,  // 32: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
-	9,  // 33: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
-	34, // 34: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
-	34, // 35: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
-	13, // 36: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
-	15, // 37: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
-	17, // 38: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
-	19, // 39: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
-	22, // 40: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
-	24, // 41: agentd.v1.AgentService.CreateStreamTicket:output_type -> agentd.v1.CreateStreamTicketResponse
-	30, // [30:42] is the sub-list for method output_type
-	18, // [18:30] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 0: agentd.v1.Session.retry:type_name -> agentd.v1.RetrySettings
+	5,  // 1: agentd.v1.Session.tools:type_name -> agentd.v1.Tool
+	30, // 2: agentd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	31, // 3: agentd.v1.Session.pending_tool_calls:type_name -> agentd.v1.ToolCall
+	1,  // 4: agentd.v1.Session.params:type_name -> agentd.v1.ModelParams
+	2,  // 5: agentd.v1.ModelParams.thinking:type_name -> agentd.v1.ThinkingParams
+	29, // 6: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
+	32, // 7: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	3,  // 8: agentd.v1.CreateSessionRequest.retry:type_name -> agentd.v1.RetrySettings
+	5,  // 9: agentd.v1.CreateSessionRequest.tools:type_name -> agentd.v1.Tool
+	1,  // 10: agentd.v1.CreateSessionRequest.params:type_name -> agentd.v1.ModelParams
+	0,  // 11: agentd.v1.ListSessionsResponse.sessions:type_name -> agentd.v1.Session
+	1,  // 12: agentd.v1.PromptRequest.params:type_name -> agentd.v1.ModelParams
+	27, // 13: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
+	23, // 14: agentd.v1.SubmitToolResultsRequest.results:type_name -> agentd.v1.ToolResult
+	30, // 15: agentd.v1.CreateStreamTicketResponse.expire_time:type_name -> google.protobuf.Timestamp
+	28, // 16: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
+	33, // 17: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
+	30, // 18: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
+	34, // 19: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
+	35, // 20: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
+	4,  // 21: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
+	6,  // 22: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
+	7,  // 23: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
+	8,  // 24: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
+	10, // 25: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
+	12, // 26: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
+	13, // 27: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
+	14, // 28: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
+	16, // 29: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
+	18, // 30: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
+	20, // 31: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
+	22, // 32: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
+	25, // 33: agentd.v1.AgentService.CreateStreamTicket:input_type -> agentd.v1.CreateStreamTicketRequest
+	0,  // 34: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
+	0,  // 35: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
+	9,  // 36: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
+	11, // 37: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
+	36, // 38: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
+	36, // 39: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
+	15, // 40: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
+	17, // 41: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
+	19, // 42: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
+	21, // 43: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
+	24, // 44: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
+	26, // 45: agentd.v1.AgentService.CreateStreamTicket:output_type -> agentd.v1.CreateStreamTicketResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_agentd_v1_agent_proto_init() }
@@ -1920,13 +2154,18 @@ func file_agentd_v1_agent_proto_init() {
 	}
 	file_agentd_v1_event_proto_init()
 	file_agentd_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
+	file_agentd_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
+		(*ThinkingParams_BudgetTokens)(nil),
+		(*ThinkingParams_Effort)(nil),
+	}
+	file_agentd_v1_agent_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentd_v1_agent_proto_rawDesc), len(file_agentd_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,7 +40,11 @@ type Credential struct {
 	Source string `protobuf:"bytes,7,opt,name=source,proto3" json:"source,omitempty"`
 	// The tenant that owns the credential and alone uses it; empty for a
 	// server credential (it serves every tenant).
-	Owner         string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,8,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The account (organisation) of the key at its provider, which the
+	// model's reasoning state is bound to: as given, else the credential's
+	// id (a credential without an account is an account of its own).
+	Account       string `protobuf:"bytes,9,opt,name=account,proto3" json:"account,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,14 +135,26 @@ func (x *Credential) GetOwner() string {
 	return ""
 }
 
+func (x *Credential) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
+}
+
 type CreateCredentialRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Optional; generated when empty.
 	Id       string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
 	// Write-only.
-	Secret        string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
-	BankedResets  int32  `protobuf:"varint,4,opt,name=banked_resets,json=bankedResets,proto3" json:"banked_resets,omitempty"`
+	Secret       string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	BankedResets int32  `protobuf:"varint,4,opt,name=banked_resets,json=bankedResets,proto3" json:"banked_resets,omitempty"`
+	// Optional: the account (organisation) of the key at its provider.
+	// Credentials naming the same account share reasoning state (a session
+	// rotating between them keeps its thinking); without one, the credential
+	// is an account of its own.
+	Account       string `protobuf:"bytes,5,opt,name=account,proto3" json:"account,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +215,13 @@ func (x *CreateCredentialRequest) GetBankedResets() int32 {
 		return x.BankedResets
 	}
 	return 0
+}
+
+func (x *CreateCredentialRequest) GetAccount() string {
+	if x != nil {
+		return x.Account
+	}
+	return ""
 }
 
 type ListCredentialsRequest struct {
@@ -374,7 +397,7 @@ var File_agentd_v1_credential_proto protoreflect.FileDescriptor
 
 const file_agentd_v1_credential_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentd/v1/credential.proto\x12\tagentd.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n" +
+	"\x1aagentd/v1/credential.proto\x12\tagentd.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x02\n" +
 	"\n" +
 	"Credential\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
@@ -384,12 +407,14 @@ const file_agentd_v1_credential_proto_rawDesc = "" +
 	"\fblock_reason\x18\x05 \x01(\tR\vblockReason\x12#\n" +
 	"\rbanked_resets\x18\x06 \x01(\x05R\fbankedResets\x12\x16\n" +
 	"\x06source\x18\a \x01(\tR\x06source\x12\x14\n" +
-	"\x05owner\x18\b \x01(\tR\x05owner\"\x82\x01\n" +
+	"\x05owner\x18\b \x01(\tR\x05owner\x12\x18\n" +
+	"\aaccount\x18\t \x01(\tR\aaccount\"\x9c\x01\n" +
 	"\x17CreateCredentialRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\tR\x06secret\x12#\n" +
-	"\rbanked_resets\x18\x04 \x01(\x05R\fbankedResets\"4\n" +
+	"\rbanked_resets\x18\x04 \x01(\x05R\fbankedResets\x12\x18\n" +
+	"\aaccount\x18\x05 \x01(\tR\aaccount\"4\n" +
 	"\x16ListCredentialsRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\"R\n" +
 	"\x17ListCredentialsResponse\x127\n" +
