@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -57,6 +58,25 @@ type reasoningEnv struct {
 	fake *providertest.Server
 	m    *session.Manager
 	clk  *clock
+	log  *syncBuffer // the manager's log
+}
+
+// syncBuffer is a log's buffer, safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // newReasoningEnv has providers anth (Anthropic) and oai (OpenAI
@@ -76,7 +96,9 @@ func newReasoningEnv(t *testing.T, fake providertest.Options, settings retry.Set
 	if settings.FallbackChains == nil {
 		settings.FallbackChains = map[string][]string{"default": {"oai/" + oaiModel}}
 	}
+	logs := &syncBuffer{}
 	m := session.NewManager(session.Options{
+		Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Providers: []session.Provider{
 			{Name: "anth", Kind: provider.KindAnthropic, Models: []string{anthModel},
 				Client: anthropic.New(anthropic.Options{BaseURL: srv.URL})},
@@ -91,7 +113,7 @@ func newReasoningEnv(t *testing.T, fake providertest.Options, settings retry.Set
 		ToolResultTimeout: time.Minute,
 	})
 	t.Cleanup(func() { m.Close(context.Background()) })
-	return &reasoningEnv{fake: srv, m: m, clk: clk}
+	return &reasoningEnv{fake: srv, m: m, clk: clk, log: logs}
 }
 
 func cred(providerName, id, secret, account string) credstore.Credential {
@@ -394,6 +416,10 @@ func TestFallbackAndRevertReplayOnlyOwnReasoning(t *testing.T) {
 	}
 	if st := s.State(); st.Model != "oai/"+oaiModel {
 		t.Fatalf("model = %s", st.Model)
+	}
+	// What the fallback's kind does not take was mapped, and the log says so.
+	if l := e.log.String(); !strings.Contains(l, "model parameters fitted to the call") || !strings.Contains(l, "params.thinking.budget_tokens: not accepted by the OpenAI Responses API") {
+		t.Errorf("the log does not tell of the fitted params:\n%s", l)
 	}
 
 	// The primary's cooldown ends: the next prompt is Anthropic's again.
