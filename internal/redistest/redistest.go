@@ -44,6 +44,16 @@ func Start(t *testing.T) *Server {
 	return s
 }
 
+// StartWith starts a redis-server with more configuration arguments
+// (e.g. "--user", "default", "on", ">pw", "~*", "+@all").
+func StartWith(t *testing.T, args ...string) *Server {
+	t.Helper()
+	s := New(t)
+	s.args = args
+	s.Start()
+	return s
+}
+
 // New reserves a port for a redis-server without starting it (Start starts
 // it); it skips the test when redis-server is not on PATH.
 func New(t *testing.T) *Server {
@@ -150,7 +160,8 @@ func (s *Server) ping() bool {
 		return false
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
+	// A server with a password answers, refusing.
+	return err == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH"))
 }
 
 // Kill stops redis-server (SIGKILL: no shutdown, like a crash) and waits

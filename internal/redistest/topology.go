@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,6 +47,26 @@ func Eventually(ctx context.Context, t testing.TB, what string, cond func(ctx co
 		case <-tick.C:
 		}
 	}
+}
+
+// awaitDialers registers a cleanup, to run after the test's others (its
+// clients closed, its servers killed), that waits until go-redis' dial
+// probes are gone: a client whose dials failed (a killed node) keeps one
+// per pool, which sees its pool closed within a second.
+func awaitDialers(t *testing.T) {
+	t.Cleanup(func() {
+		deadline := time.Now().Add(5 * time.Second)
+		buf := make([]byte, 1<<20)
+		tick := time.NewTicker(pollEvery)
+		defer tick.Stop()
+		for time.Now().Before(deadline) {
+			n := runtime.Stack(buf, true)
+			if !bytes.Contains(buf[:n], []byte("(*ConnPool).tryDial")) {
+				return
+			}
+			<-tick.C
+		}
+	})
 }
 
 // with runs fn with a client of its own on addr, closed after it.
@@ -98,6 +120,7 @@ type Cluster struct {
 func StartCluster(t *testing.T) *Cluster {
 	t.Helper()
 	RequireCLI(t)
+	awaitDialers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	root := t.TempDir()
@@ -311,6 +334,7 @@ type Sentinels struct {
 func StartSentinel(t *testing.T) *Sentinels {
 	t.Helper()
 	Require(t)
+	awaitDialers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	root := t.TempDir()

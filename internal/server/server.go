@@ -39,6 +39,7 @@ import (
 	"github.com/agentd/agentd/internal/provider/anthropic"
 	"github.com/agentd/agentd/internal/provider/openai"
 	"github.com/agentd/agentd/internal/provider/sim"
+	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/sessionstore"
 )
@@ -50,6 +51,7 @@ type Server struct {
 	sessions        *session.Manager
 	creds           credstore.Store
 	redis           redis.UniversalClient
+	rconn           *redisconn.Conn
 	shared          session.Shared // sessions shared by the replicas (Redis); nil in memory
 	sharedStore     *sessionstore.Redis
 	cooldowns       cooldownRegistry
@@ -318,23 +320,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if s.draining.Load() {
-			http.Error(w, "draining", http.StatusServiceUnavailable)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := s.creds.Ready(ctx); err != nil {
-			// Degraded: the shared store is unreachable and agentd serves
-			// from its local view. Still ready (every replica would leave
-			// rotation at once otherwise); the body and the
-			// agentd_store_degraded metric say so.
-			fmt.Fprintln(w, "ready (degraded: "+err.Error()+")")
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	mux.HandleFunc("GET /readyz", s.readyz) // readiness.go
 	if !s.auth.required() {
 		// Local mode: this machine's requests only, and no browser page
 		// elsewhere may change anything (guard.go).

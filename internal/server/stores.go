@@ -5,15 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/sessionstore"
 )
@@ -25,11 +23,16 @@ func (s *Server) openStores(ctx context.Context) error {
 	switch cfg.Store.Backend {
 	case "redis":
 		r := cfg.Store.Redis
-		timeout := time.Duration(r.TimeoutMs) * time.Millisecond
-		s.redis = redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{
-			Addrs: strings.Split(r.Addr, ","),
-			DB:    r.DB,
-		}, timeout))
+		// One client for the three stores, built for the configured
+		// topology (single server, Cluster, Sentinel).
+		o := redisconn.FromConfig(r)
+		o.Logger = s.log
+		conn, err := redisconn.New(o)
+		if err != nil {
+			return fmt.Errorf("store.redis: %w", err)
+		}
+		s.rconn, s.redis = conn, conn.Client()
+		timeout := conn.Timeout()
 		// Every round trip of the three stores, by component.
 		s.redis.AddHook(s.metrics.RedisHook(r.KeyPrefix))
 		st, err := credstore.NewRedis(s.redis, credstore.RedisOptions{
@@ -40,7 +43,7 @@ func (s *Server) openStores(ctx context.Context) error {
 			Logger:       s.log,
 		})
 		if err != nil {
-			s.redis.Close()
+			s.rconn.Close()
 			return fmt.Errorf("store.redis: %w", err)
 		}
 		s.creds = st
@@ -50,10 +53,12 @@ func (s *Server) openStores(ctx context.Context) error {
 			EventBuffer: cfg.Sessions.EventBuffer,
 			Timeout:     timeout,
 			Logger:      s.log,
+			// Session creation and a prompt's end wait for the replicas.
+			MinReplicaAcks: r.MinReplicaAcks,
 		})
 		if err != nil {
 			st.Close()
-			s.redis.Close()
+			s.rconn.Close()
 			return fmt.Errorf("store.redis: sessions: %w", err)
 		}
 		s.sharedStore, s.shared = shared, shared
@@ -61,6 +66,7 @@ func (s *Server) openStores(ctx context.Context) error {
 		s.creds = credstore.NewMemory(credstore.MemoryOptions{Now: s.now})
 		s.cooldowns = cooldown.NewMemory(s.now)
 	}
+	s.checkStoreAtStart(ctx) // readiness.go
 	for _, pc := range cfg.Providers {
 		for _, c := range pc.Credentials {
 			if _, err := s.creds.Add(ctx, credstore.Credential{ID: c.ID, Provider: pc.Name, Secret: c.APIKey,
@@ -91,8 +97,8 @@ func (s *Server) closeStores() error {
 			err = cerr
 		}
 	}
-	if s.redis != nil {
-		if cerr := s.redis.Close(); err == nil {
+	if s.rconn != nil {
+		if cerr := s.rconn.Close(); err == nil {
 			err = cerr
 		}
 	}
