@@ -11,9 +11,9 @@ import (
 // exited 2).
 func TestCommandsFlagsAndHelp(t *testing.T) {
 	for _, c := range []struct {
-		args       []string
-		stdin      string
-		code       int
+		args        []string
+		stdin       string
+		code        int
 		out, errOut string
 	}{
 		{args: []string{"classify", "--bogus"}, code: 2, errOut: "flag provided but not defined: -bogus"},

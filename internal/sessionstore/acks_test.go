@@ -89,4 +89,3 @@ func TestMinReplicaAcks(t *testing.T) {
 		t.Errorf("running %v after EndRun", ids)
 	}
 }
-

@@ -63,14 +63,14 @@ func testCtx(t *testing.T) context.Context {
 // waitFor polls cond every 10ms for at most 5s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(30 * time.Second)
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-deadline.C:
-			t.Fatalf("after 5s: not %s", what)
+			t.Fatalf("after 30s: not %s", what)
 		case <-tick.C:
 		}
 	}
