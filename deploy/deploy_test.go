@@ -42,6 +42,7 @@ import (
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/server"
+	"github.com/agentd/agentd/internal/session"
 )
 
 var update = flag.Bool("update", false, "rewrite kubernetes/prometheusrule.yaml from prometheus/alerts.yaml")
@@ -833,6 +834,66 @@ func readAlerts(t *testing.T) ruleFile {
 		t.Fatalf("%s: %v", alertsPath, err)
 	}
 	return rf
+}
+
+// The retry chains' outcome label: every value a dashboard query or an
+// alert filters agentd_retry_chains_ended_total on is one the session
+// engine reports, and the panel showing them by outcome, and the deploy
+// README, list every one.
+func TestChainOutcomesAgree(t *testing.T) {
+	const family = "agentd_retry_chains_ended_total"
+	known := session.ChainOutcomes
+	outcomeMatcher := regexp.MustCompile(`outcome\s*(?:=~|!~|!=|=)\s*"([^"]*)"`)
+	checkExpr := func(where, expr string) {
+		for _, sel := range selectorRef.FindAllStringSubmatch(expr, -1) {
+			if sel[1] != family {
+				continue
+			}
+			for _, m := range outcomeMatcher.FindAllStringSubmatch(sel[2], -1) {
+				for v := range strings.SplitSeq(m[1], "|") {
+					if !slices.Contains(known, v) {
+						t.Errorf("%s: %s{outcome=%q}: not a chain outcome %v", where, family, v, known)
+					}
+				}
+			}
+		}
+	}
+	d, _ := readDashboard(t)
+	listed := false
+	for _, p := range flatten(d.Panels) {
+		for _, tg := range p.Targets {
+			checkExpr("dashboard panel "+p.Title, tg.Expr)
+			if strings.Contains(tg.Expr, "by (outcome)") && strings.Contains(tg.Expr, family) {
+				listed = true
+				for _, o := range known {
+					if !strings.Contains(p.Description, o) {
+						t.Errorf("dashboard panel %q: its description does not name the outcome %q", p.Title, o)
+					}
+				}
+			}
+		}
+	}
+	if !listed {
+		t.Errorf("no dashboard panel shows %s by outcome", family)
+	}
+	for _, g := range readAlerts(t).Groups {
+		for _, r := range g.Rules {
+			checkExpr("alert "+r.Alert+r.Record, r.Expr)
+		}
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(readme), "\n") {
+		if strings.Contains(line, "*Retry chain outcomes*") {
+			for _, o := range known {
+				if !strings.Contains(line, o) {
+					t.Errorf("deploy README, retry chain outcomes: %q not listed", o)
+				}
+			}
+		}
+	}
 }
 
 func TestAlerts(t *testing.T) {

@@ -505,7 +505,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 		if err != nil {
 			return err
 		}
-		if err := s.control(ctx, owner, Control{Op: OpAbort, Cause: "session deleted"}); err != nil && !errors.Is(err, ErrUnavailable) {
+		if err := s.control(ctx, owner, Control{Op: OpAbort, Cause: causeDeleted}); err != nil && !errors.Is(err, ErrUnavailable) {
 			return err
 		}
 	}
@@ -517,7 +517,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	s.deleted = true
-	done := s.abortLocked("session deleted")
+	done := s.abortLocked(stopDeleted)
 	s.mu.Unlock()
 	var waitErr error
 	if done != nil {
@@ -589,7 +589,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, s := range all {
 		s.mu.Lock()
 		if !s.handOffLocked() {
-			s.abortLocked("server shutting down")
+			s.abortLocked(stopShutdown)
 		}
 		s.mu.Unlock()
 	}

@@ -4,10 +4,14 @@ import "time"
 
 // Chain outcomes, as the Observer hears them.
 const (
-	ChainSuccess           = "success"
-	ChainMaxRetries        = "max_retries"
-	ChainMaxDelay          = "max_delay"
-	ChainCancelled         = "cancelled"
+	ChainSuccess    = "success"
+	ChainMaxRetries = "max_retries"
+	ChainMaxDelay   = "max_delay"
+	ChainCancelled  = "cancelled" // the user's AbortRetry or Abort
+	// ChainInterrupted: ended by something other than the user or the
+	// retry policy — the server shutting down, the session deleted, its
+	// lease lost, its owner replica lost.
+	ChainInterrupted       = "interrupted"
 	ChainRefusalNoFallback = "refusal_no_fallback"
 	ChainDisabled          = "disabled"
 	ChainNotRetryable      = "not_retryable"
@@ -15,7 +19,7 @@ const (
 
 // ChainOutcomes lists every chain outcome.
 var ChainOutcomes = []string{ChainSuccess, ChainMaxRetries, ChainMaxDelay, ChainCancelled,
-	ChainRefusalNoFallback, ChainDisabled, ChainNotRetryable}
+	ChainInterrupted, ChainRefusalNoFallback, ChainDisabled, ChainNotRetryable}
 
 // What happens to a running prompt whose replica changes, as the Observer
 // hears it: a replica took over a lost replica's prompt and resumed its

@@ -250,14 +250,10 @@ func (m *Manager) handleControl(ctx context.Context, c Control) Reply {
 		return Reply{State: &st}
 	case OpAbortRetry:
 		s.mu.Lock()
-		s.abortRetryLocked()
+		s.abortRetryLocked(stopUser)
 		s.mu.Unlock()
 	case OpAbort:
-		cause := c.Cause
-		if cause == "" {
-			cause = "aborted"
-		}
-		err = s.abort(ctx, cause)
+		err = s.abort(ctx, stopOfCause(c.Cause))
 	case OpSubmitToolResults:
 		err = s.submitToolResults(c.Results)
 	case OpSetAutoRetry:
@@ -493,7 +489,7 @@ func (s *Session) keepLease(promptID string) (stop func()) {
 				s.m.log.Error("session lease expired while the store was unreachable: aborting the prompt", "session", s.id, "err", err)
 				s.m.opts.Observer.Takeover(TakeoverLeaseLost)
 				s.mu.Lock()
-				s.abortLocked("session lease lost")
+				s.abortLocked(stopLeaseLost)
 				s.mu.Unlock()
 				return
 			case ok:
@@ -502,7 +498,7 @@ func (s *Session) keepLease(promptID string) (stop func()) {
 				s.m.log.Error("session lease lost to another replica: aborting the prompt", "session", s.id)
 				s.m.opts.Observer.Takeover(TakeoverLeaseLost)
 				s.mu.Lock()
-				s.abortLocked("session lease lost")
+				s.abortLocked(stopLeaseLost)
 				s.mu.Unlock()
 				return
 			}
@@ -916,7 +912,7 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		res = m.lostPoint(ctx, id, run, rec.LastSeq)
 	}
 	runCtx, cancel := context.WithCancel(m.baseCtx)
-	s.running, s.promptID, s.cancelRun, s.abortCause = true, run.PromptID, cancel, ""
+	s.running, s.promptID, s.cancelRun, s.abortCause, s.chainStop = true, run.PromptID, cancel, stopNone, stopNone
 	s.runDone = make(chan struct{})
 	if res.lost {
 		m.opts.Observer.Takeover(TakeoverEnded)
@@ -964,8 +960,8 @@ func (s *Session) resume(ctx context.Context, gen uint64, promptID string, r *re
 	cancel := make(chan struct{})
 	s.sleepCancel = cancel
 	s.mu.Unlock()
-	if cont, final := s.backoff(ctx, gen, promptID, r.attempt, r.class, r.source, max(r.due.Sub(s.m.opts.Now()), 0), cancel, "", r.calls); !cont {
-		if ctx.Err() != nil || final == finalCancelled {
+	if cont, final, by := s.backoff(ctx, gen, promptID, r.attempt, r.class, r.source, max(r.due.Sub(s.m.opts.Now()), 0), cancel, "", r.calls); !cont {
+		if ctx.Err() != nil || by != stopNone {
 			return OutcomeAborted, final
 		}
 		return OutcomeFailed, final
@@ -986,7 +982,7 @@ func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, res
 	}
 	if attempt := res.attempt; attempt > 0 {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: ErrOwnerLost})
-		s.chainEndedLocked(ChainCancelled, attempt, ErrOwnerLost)
+		s.chainEndedLocked(ChainInterrupted, attempt, ErrOwnerLost)
 	}
 	n := len(s.context)
 	if n == 0 || s.context[n-1].Role != provider.RoleAssistant {

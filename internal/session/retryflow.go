@@ -11,13 +11,96 @@ import (
 )
 
 // Final errors of a retry chain that did not come from the provider.
-const finalCancelled = "Retry cancelled"
+const (
+	finalCancelled = "Retry cancelled"      // the user's AbortRetry or Abort
+	finalShutdown  = "server shutting down" // Manager.Close (a server draining)
+	finalDeleted   = "session deleted"      // Manager.Delete
+	finalLeaseLost = "session lease lost"   // a replica cut off from the store, or its lease taken
+)
+
+// A stop is what stopped a run, or its retry chain, from outside the model
+// calls. Only the user's is a cancellation: the others are interruptions,
+// and their final errors say what ended the chain.
+type stop uint8
+
+const (
+	stopNone      stop = iota
+	stopUser           // AbortRetry or Abort
+	stopShutdown       // the server shutting down
+	stopDeleted        // the session deleted
+	stopLeaseLost      // the session's lease lost
+)
+
+// finalError is the final error of a retry chain the stop ended.
+func (c stop) finalError() string {
+	switch c {
+	case stopShutdown:
+		return finalShutdown
+	case stopDeleted:
+		return finalDeleted
+	case stopLeaseLost:
+		return finalLeaseLost
+	default:
+		return finalCancelled
+	}
+}
+
+// chainOutcome is the Observer's outcome of a retry chain the stop ended.
+func (c stop) chainOutcome() string {
+	switch c {
+	case stopShutdown, stopDeleted, stopLeaseLost:
+		return ChainInterrupted
+	default:
+		return ChainCancelled
+	}
+}
+
+// abortError is the prompt_end error of a run the stop aborted outside a
+// retry chain's backoff.
+func (c stop) abortError() string {
+	switch c {
+	case stopNone:
+		return ""
+	case stopUser:
+		return "aborted"
+	default:
+		return c.finalError()
+	}
+}
+
+// Control causes of an OpAbort, as they travel between replicas.
+const (
+	causeAborted = "aborted"
+	causeDeleted = "session deleted"
+)
+
+// stopOfCause reads a Control's abort cause; an unknown or empty one is the
+// user's Abort.
+func stopOfCause(cause string) stop {
+	if cause == causeDeleted {
+		return stopDeleted
+	}
+	return stopUser
+}
+
+// takeChainStopLocked returns what cancelled the retry chain (AbortRetry
+// when nothing else did) and clears it.
+func (s *Session) takeChainStopLocked() stop {
+	c := s.chainStop
+	s.chainStop = stopNone
+	if c == stopNone {
+		c = stopUser
+	}
+	return c
+}
 
 // handleRetryable is the behaviour source's #handleRetryableError, step by
 // step ("Flow", 13 steps). It returns whether the prompt continues with
 // another model call, and otherwise the prompt's final error.
-// calls is the number of model calls the prompt made so far.
-func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID string, t *turn, v retry.Verdict, allowFallback bool, calls int) (bool, string) {
+// calls is the number of model calls the prompt made so far. A chain
+// stopped from outside (AbortRetry, Abort, a delete, a shutdown, a lost
+// lease) reports what stopped it (stopNone otherwise).
+func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID string, t *turn, v retry.Verdict, allowFallback bool, calls int) (bool, string, stop) {
 	msg := &t.Message
 	errMsg := msg.ErrorMessage
 	if errMsg == "" {
@@ -30,14 +113,16 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	if !settings.Enabled {
 		s.mu.Unlock()
 		s.endChainIfOpen(promptID, ChainDisabled, errMsg)
-		return false, errMsg
+		return false, errMsg, stopNone
 	}
 	if s.retryAborted {
-		// AbortRetry arrived while this retried call was streaming.
+		// AbortRetry (or an abort) arrived while this retried call was
+		// streaming.
 		s.retryAborted = false
+		by := s.takeChainStopLocked()
 		s.mu.Unlock()
-		s.endChainIfOpen(promptID, ChainCancelled, finalCancelled)
-		return false, finalCancelled
+		s.endChainIfOpen(promptID, by.chainOutcome(), by.finalError())
+		return false, by.finalError(), by
 	}
 	// 3. Count the attempt. 4. Open the gate once per chain.
 	if s.retryAttempt == 0 {
@@ -62,7 +147,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		s.chainEndedLocked(ChainMaxRetries, attempt-1, errMsg)
 		s.retryAttempt, s.gateOpen = 0, false
 		s.mu.Unlock()
-		return false, errMsg
+		return false, errMsg, stopNone
 	}
 	model := s.model
 	cred := s.credential
@@ -119,7 +204,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		s.retryAttempt, s.gateOpen = 0, false
 		s.m.opts.Observer.ChainEnded(ChainRefusalNoFallback)
 		s.mu.Unlock()
-		return false, errMsg
+		return false, errMsg, stopNone
 	}
 
 	// 6, 7, 9. The delay, and the fail-fast cap.
@@ -135,24 +220,25 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		s.chainEndedLocked(ChainMaxDelay, attempt, final)
 		s.retryAttempt, s.gateOpen = 0, false
 		s.mu.Unlock()
-		return false, final
+		return false, final, stopNone
 	}
 
 	s.mu.Lock()
 	if gen != s.generation {
 		// Superseded while deciding: end silently; run resolves the gate.
 		s.mu.Unlock()
-		return false, errMsg
+		return false, errMsg, stopNone
 	}
 	if s.retryAborted {
 		// AbortRetry arrived while steps 7–8 ran (the gate was open, no sleep
 		// yet): the retry is cancelled before it starts.
 		s.retryAborted = false
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: finalCancelled})
-		s.chainEndedLocked(ChainCancelled, attempt, finalCancelled)
+		by := s.takeChainStopLocked()
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: by.finalError()})
+		s.chainEndedLocked(by.chainOutcome(), attempt, by.finalError())
 		s.retryAttempt, s.gateOpen = 0, false
 		s.mu.Unlock()
-		return false, finalCancelled
+		return false, by.finalError(), by
 	}
 	// 11. Drop the failed assistant message from the runtime context (only if
 	// it is still the last one); the persisted history keeps it.
@@ -207,8 +293,9 @@ func (s *Session) recoverReasoningLocked(c retry.StaleCase, target provider.Orig
 
 // backoff is step 12's sleep, which cancel (set as the session's
 // sleepCancel by the caller, under the same lock as auto_retry_start)
-// cancels, and step 13's check. It returns whether the prompt continues.
-func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, attempt int, class, source string, d time.Duration, cancel chan struct{}, errMsg string, calls int) (bool, string) {
+// cancels, and step 13's check. It returns whether the prompt continues,
+// and as handleRetryable does, the final error and what stopped the chain.
+func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, attempt int, class, source string, d time.Duration, cancel chan struct{}, errMsg string, calls int) (bool, string, stop) {
 	obs := s.m.opts.Observer
 	obs.InBackoff(1)
 	slept := time.Now()
@@ -222,21 +309,22 @@ func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, atte
 		s.sleepCancel = nil
 	}
 	if cancelled {
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: finalCancelled})
-		s.chainEndedLocked(ChainCancelled, attempt, finalCancelled)
+		by := s.takeChainStopLocked()
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: by.finalError()})
+		s.chainEndedLocked(by.chainOutcome(), attempt, by.finalError())
 		s.retryAttempt, s.gateOpen = 0, false
-		return false, finalCancelled
+		return false, by.finalError(), by
 	}
 	// 13. The continuation runs for the same prompt generation only; a stale
 	// one is a no-op (run resolves the gate).
 	if gen != s.generation || ctx.Err() != nil {
-		return false, errMsg
+		return false, errMsg, stopNone
 	}
 	if s.m.opts.Shared != nil {
 		// Out of backoff: a replica taking over from now on ends the prompt.
 		s.saveRun(Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls})
 	}
-	return true, ""
+	return true, "", stopNone
 }
 
 // sleep waits d, or until cancel is closed (true) or ctx is done (false,

@@ -63,7 +63,7 @@ type Session struct {
 	promptID   string
 	generation uint64 // bumped by abort: a continuation of an older generation is stale
 	cancelRun  context.CancelFunc
-	abortCause string
+	abortCause stop // what aborted the run
 	runDone    chan struct{}
 	streaming  bool // a model call is in flight
 
@@ -85,6 +85,7 @@ type Session struct {
 	gateOpen     bool          // a retry chain is in progress (isRetrying)
 	sleepCancel  chan struct{} // closed by AbortRetry to cancel the backoff sleep
 	retryAborted bool          // AbortRetry arrived outside the sleep: end the chain at the next failure
+	chainStop    stop          // what closed sleepCancel or set retryAborted (first one wins)
 	credential   provider.Credential
 	// switchedTo is the sibling a usage limit switched to (step 7): the
 	// store picked it in the same round trip that blocked the credential,
@@ -186,18 +187,28 @@ func (s *Session) AbortRetry(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.abortRetryLocked()
+	s.abortRetryLocked(stopUser)
 	return nil
 }
 
-func (s *Session) abortRetryLocked() {
+// abortRetryLocked cancels the retry chain's backoff sleep, or ends the
+// chain at the next failure; by is what cancels it (its final error).
+func (s *Session) abortRetryLocked(by stop) {
 	if s.sleepCancel != nil {
 		close(s.sleepCancel)
 		s.sleepCancel = nil
+		s.noteChainStopLocked(by)
 		return
 	}
 	if s.gateOpen {
 		s.retryAborted = true
+		s.noteChainStopLocked(by)
+	}
+}
+
+func (s *Session) noteChainStopLocked(by stop) {
+	if s.chainStop == stopNone {
+		s.chainStop = by
 	}
 }
 
@@ -209,12 +220,12 @@ func (s *Session) Abort(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.control(ctx, owner, Control{Op: OpAbort, Cause: "aborted"})
+		return s.control(ctx, owner, Control{Op: OpAbort, Cause: causeAborted})
 	}
-	return s.abort(ctx, "aborted")
+	return s.abort(ctx, stopUser)
 }
 
-func (s *Session) abort(ctx context.Context, cause string) error {
+func (s *Session) abort(ctx context.Context, cause stop) error {
 	s.mu.Lock()
 	done := s.abortLocked(cause)
 	s.mu.Unlock()
@@ -231,13 +242,13 @@ func (s *Session) abort(ctx context.Context, cause string) error {
 
 // abortLocked returns the channel closed when the running prompt ends (nil
 // when none runs).
-func (s *Session) abortLocked(cause string) <-chan struct{} {
+func (s *Session) abortLocked(cause stop) <-chan struct{} {
 	if !s.running {
 		return nil
 	}
-	s.abortRetryLocked()
+	s.abortRetryLocked(cause)
 	s.generation++
-	if s.abortCause == "" {
+	if s.abortCause == stopNone {
 		s.abortCause = cause
 	}
 	s.cancelRun()
@@ -358,7 +369,7 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 		return "", nil, err
 	}
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
-	s.running, s.promptID, s.cancelRun, s.abortCause = true, promptID, cancel, ""
+	s.running, s.promptID, s.cancelRun, s.abortCause, s.chainStop = true, promptID, cancel, stopNone, stopNone
 	s.runParams, s.thinkingOff, s.reasoningRetried = params, false, false
 	s.runDone = make(chan struct{})
 	gen := s.generation
@@ -435,7 +446,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		s.mu.Unlock()
 		s.handOver()
 		s.mu.Lock()
-		s.gateOpen, s.retryAborted, s.sleepCancel, s.retryAttempt = false, false, nil, 0
+		s.gateOpen, s.retryAborted, s.sleepCancel, s.retryAttempt, s.chainStop = false, false, nil, 0, stopNone
 		s.running, s.cancelRun, s.promptID = false, nil, ""
 		close(s.runDone)
 		s.mu.Unlock()
@@ -445,12 +456,12 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		outcome = OutcomeAborted
 	}
 	if outcome == OutcomeAborted && errText == "" {
-		errText = s.abortCause
+		errText = s.abortCause.abortError()
 	}
 	s.closeDanglingToolCallsLocked(ctx, promptID)
 	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
 	// Every exit path resolves the gate.
-	s.gateOpen, s.retryAborted, s.sleepCancel = false, false, nil
+	s.gateOpen, s.retryAborted, s.sleepCancel, s.chainStop = false, false, nil, stopNone
 	s.retryAttempt = 0
 	shared := s.m.opts.Shared != nil
 	if shared {
@@ -497,8 +508,10 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call in
 			return OutcomeCompleted, ""
 		}
 		if ctx.Err() != nil {
-			// A user abort, a delete or a shutdown: never retried.
-			s.endChainIfOpen(promptID, ChainCancelled, "Retry cancelled")
+			// A user abort, a delete, a shutdown or a lost lease: never
+			// retried. An open chain ends with what stopped the run.
+			by := s.runStop()
+			s.endChainIfOpen(promptID, by.chainOutcome(), by.finalError())
 			return OutcomeAborted, ""
 		}
 		v := t.verdict
@@ -520,12 +533,9 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call in
 			s.endChainIfOpen(promptID, ChainNotRetryable, msg.ErrorMessage)
 			return OutcomeFailed, msg.ErrorMessage
 		}
-		cont, final := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback, call)
+		cont, final, by := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback, call)
 		if !cont {
-			if ctx.Err() != nil {
-				return OutcomeAborted, final
-			}
-			if final == "Retry cancelled" {
+			if ctx.Err() != nil || by != stopNone {
 				return OutcomeAborted, final
 			}
 			return OutcomeFailed, final
@@ -762,6 +772,17 @@ func (s *Session) chainSucceeded(promptID string) {
 	}
 }
 
+// runStop is what aborted the running prompt: its abort's cause, or the
+// shutdown when the manager's context ended without one.
+func (s *Session) runStop() stop {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.abortCause == stopNone {
+		return stopShutdown
+	}
+	return s.abortCause
+}
+
 // endChainIfOpen ends a retry chain that a non-retried stop interrupts, so
 // that every auto_retry_start is followed by an auto_retry_end.
 func (s *Session) endChainIfOpen(promptID, outcome, finalError string) {
@@ -771,7 +792,7 @@ func (s *Session) endChainIfOpen(promptID, outcome, finalError string) {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: s.retryAttempt, FinalError: finalError})
 		s.chainEndedLocked(outcome, s.retryAttempt, finalError)
 	}
-	s.retryAttempt, s.gateOpen, s.retryAborted = 0, false, false
+	s.retryAttempt, s.gateOpen, s.retryAborted, s.chainStop = 0, false, false, stopNone
 }
 
 // chainEndedLocked reports the end of a retry chain to the observer and
