@@ -1091,3 +1091,50 @@ func TestMetricsAfterRetryChain(t *testing.T) {
 		}
 	}
 }
+
+// A session created while the primary cools down (another session's 529)
+// starts on the fallback (model_change, reason cooldown) and goes back to
+// the primary once the cooldown has expired.
+func TestRESTNewSessionStartsOffACoolingModel(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", server.WithClock(clock.Now))
+	ctx := testCtx(t)
+	sse := func(id, text string) []sseFrame {
+		resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+text+`"}`, http.Header{"Accept": {"text/event-stream"}})
+		defer resp.Body.Close()
+		return readSSE(t, resp.Body, func(sseFrame) bool { return false })
+	}
+	find := func(frames []sseFrame, event, field string) []map[string]any {
+		var out []map[string]any
+		for _, f := range frames {
+			if f.event == event {
+				out = append(out, f.data[field].(map[string]any))
+			}
+		}
+		return out
+	}
+	first := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
+	if fa := find(sse(first, "hi [[faults: 529,ok]]"), "retry_fallback_applied", "retryFallbackApplied"); len(fa) != 1 {
+		t.Fatalf("retry_fallback_applied = %v", fa)
+	}
+
+	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
+	frames := sse(id, "hello")
+	if mc := find(frames, "model_change", "modelChange"); len(mc) != 1 || mc[0]["reason"] != "cooldown" || mc[0]["from"] != "sim/echo" || mc[0]["to"] != "sim/backup" {
+		t.Fatalf("model_change = %v", mc)
+	}
+	if ms := find(frames, "message_start", "messageStart"); len(ms) != 1 || ms[0]["model"] != "sim/backup" {
+		t.Fatalf("message_start = %v", ms)
+	}
+	if m := must(ts.agent.GetSession(ctx, &agentdv1.GetSessionRequest{SessionId: id})).GetModel(); m != "sim/backup" {
+		t.Fatalf("model = %s", m)
+	}
+	clock.Advance(2 * time.Minute)
+	frames = sse(id, "after the cooldown")
+	if mc := find(frames, "model_change", "modelChange"); len(mc) != 1 || mc[0]["reason"] != "revert" || mc[0]["to"] != "sim/echo" {
+		t.Fatalf("model_change = %v", mc)
+	}
+	if ms := find(frames, "message_start", "messageStart"); ms[0]["model"] != "sim/echo" {
+		t.Fatalf("message_start = %v", ms)
+	}
+}

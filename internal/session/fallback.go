@@ -108,7 +108,7 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 		}
 		s.emit(Event{Type: EventRetryFallbackApplied, PromptID: promptID, From: current, To: candidate, Role: role})
 		s.m.opts.Observer.FallbackApplied(role)
-		s.switchModelLocked(ctx, promptID, current, candidate, "fallback")
+		s.switchModelLocked(ctx, promptID, current, candidate, ChangeFallback)
 		s.mu.Unlock()
 		return true
 	}
@@ -137,10 +137,59 @@ func (s *Session) maybeRevert(ctx context.Context, promptID string) {
 		return
 	}
 	if current != fb.original {
-		s.switchModelLocked(ctx, promptID, current, fb.original, "revert")
+		s.switchModelLocked(ctx, promptID, current, fb.original, ChangeRevert)
 		s.m.opts.Observer.FallbackReverted(fb.role)
 	}
 	s.fallback = nil
+}
+
+// Reasons of a model_change.
+const (
+	ChangeFallback = "fallback" // the retry flow fell back to the chain's next model
+	ChangeRevert   = "revert"   // back to the primary, its cooldown expired
+	ChangeCooldown = "cooldown" // a prompt started on a model cooling down: on the chain's first that is not
+)
+
+// avoidCooldown runs when a prompt starts (after maybeRevert): a session
+// whose model is cooling down starts on the first model of its fallback
+// chain that is not, with model fallback enabled. The fallback is then
+// active, so maybeRevert brings the primary back once its cooldown has
+// expired. When every model of the chain is cooling, the model stays.
+func (s *Session) avoidCooldown(ctx context.Context, promptID string) {
+	if s.m.opts.Cooldowns == nil {
+		return
+	}
+	s.mu.Lock()
+	settings, current, role, primary := s.settings, s.model, s.role, s.primary
+	fb := s.fallback
+	if fb != nil {
+		role, primary = fb.role, fb.original
+	}
+	s.mu.Unlock()
+	if !settings.ModelFallback {
+		return
+	}
+	chain := chainFor(settings, role, primary)
+	if len(chain) <= 1 || !s.suppressed(ctx, current) {
+		return
+	}
+	for _, candidate := range chain {
+		if candidate == current || s.suppressed(ctx, candidate) {
+			continue
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.model != current || s.fallback != fb {
+			return // changed meanwhile
+		}
+		if s.fallback == nil {
+			s.fallback = &activeFallback{role: role, original: current}
+		}
+		s.m.log.Info("model cooling down: the prompt starts on a fallback", "session", s.id,
+			"model", current, "to", candidate, "role", role)
+		s.switchModelLocked(ctx, promptID, current, candidate, ChangeCooldown)
+		return
+	}
 }
 
 // switchModelLocked switches the session's model: a model_change entry in

@@ -168,8 +168,11 @@ func TestFallbackSkipsModelsCoolingDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, _, _ := fallbackManager(t, nil)
 		// One session's failure of sim/backup cools it down for every session.
-		other := create(t, m, session.RetryOverrides{})
-		prompt(t, m, other, "[[faults: 529,529,ok]]") // echo → backup → alt
+		other, err := m.Create(context.Background(), "t", session.CreateParams{Model: "sim/backup"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prompt(t, m, other, "[[faults: 529,ok]]") // backup → alt
 		s := create(t, m, session.RetryOverrides{})
 		evs := prompt(t, m, s, "[[faults: 529,ok]]")
 		fa := only(evs, session.EventRetryFallbackApplied)
@@ -265,6 +268,8 @@ func TestRoleWithoutChainInheritsDefault(t *testing.T) {
 		if fa := only(evs, session.EventRetryFallbackApplied); len(fa) != 1 || fa[0].To != "sim/backup" || fa[0].Role != "smol" {
 			t.Fatalf("fallbacks = %+v", fa)
 		}
+		// Past sim/echo's cooldown: the next session starts on it.
+		time.Sleep(2 * time.Minute)
 		c, err := m.Create(context.Background(), "t", session.CreateParams{Model: "sim/echo", Role: "coder"})
 		if err != nil {
 			t.Fatal(err)

@@ -491,10 +491,16 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 // loop runs agent runs until the prompt is done and returns its outcome.
 // call is the index of its first model call in the prompt.
 func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call int) (outcome, errText string) {
+	starting := call == 0
 	for {
 		// Before the prompt and before every continuation: back to the
 		// primary model once its cooldown has expired.
 		s.maybeRevert(ctx, promptID)
+		if starting {
+			// A prompt does not start on a model cooling down.
+			s.avoidCooldown(ctx, promptID)
+			starting = false
+		}
 		s.emit(Event{Type: EventAgentStart, PromptID: promptID})
 		t, toolErr := s.runTurns(ctx, promptID, &call)
 		res := t.Result

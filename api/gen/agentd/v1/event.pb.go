@@ -1076,7 +1076,9 @@ type ModelChange struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	From  string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
 	To    string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
-	// fallback or revert.
+	// fallback (the retry flow fell back to the chain's next model), revert
+	// (back to the primary, its cooldown expired) or cooldown (a prompt started
+	// on a model cooling down: on the first model of the chain that is not).
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
