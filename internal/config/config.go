@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -628,13 +629,33 @@ func (c *Config) RetrySettings() (retry.Settings, error) {
 	}
 	for role, chain := range s.FallbackChains {
 		for i, ref := range chain {
-			name, _, ok := strings.Cut(ref, "/")
+			name, model, ok := strings.Cut(ref, "/")
 			if !ok || !c.hasProvider(name) {
 				return s, fmt.Errorf("config: retry.fallback_chains.%s[%d]: %q does not name a configured provider (provider/model)", role, i, ref)
+			}
+			// A provider that lists its models serves only those: a chain
+			// naming another would make every session of the role fail at
+			// creation, blaming the client.
+			if models := c.modelsOf(name); len(models) > 0 && !slices.Contains(models, model) {
+				return s, fmt.Errorf("config: retry.fallback_chains.%s[%d]: provider %q has no model %q (its models: %s)", role, i, name, model, strings.Join(models, ", "))
 			}
 		}
 	}
 	return s, nil
+}
+
+// modelsOf lists the models provider name serves (none: any model).
+func (c *Config) modelsOf(name string) []string {
+	for _, p := range c.Providers {
+		if p.Name == name {
+			out := make([]string, 0, len(p.Models))
+			for _, m := range p.Models {
+				out = append(out, m.Name)
+			}
+			return out
+		}
+	}
+	return nil
 }
 
 func (c *Config) hasProvider(name string) bool {

@@ -109,3 +109,21 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+// A fallback chain naming a model its provider does not serve stops
+// start-up, naming the key (it used to start, then fail every
+// CreateSession with a 400 that blamed the client).
+func TestFallbackChainModelsAreChecked(t *testing.T) {
+	_, err := Parse(strings.NewReader("retry: {fallback_chains: {default: [sim/nope]}}\n"))
+	if err == nil || !strings.Contains(err.Error(), `retry.fallback_chains.default[0]: provider "sim" has no model "nope" (its models: echo, backup)`) {
+		t.Fatalf("Parse = %v", err)
+	}
+	if _, err := Parse(strings.NewReader("retry: {fallback_chains: {default: [sim/backup]}}\n")); err != nil {
+		t.Fatalf("a served model: %v", err)
+	}
+	// A provider without a model list serves any model.
+	t.Setenv("AGENTD_TEST_CHAIN_KEY", "sk-test-0123456789")
+	if _, err := Parse(strings.NewReader("providers: [{name: up, kind: anthropic, credentials: [{id: k, api_key_env: AGENTD_TEST_CHAIN_KEY}]}]\nretry: {fallback_chains: {default: [up/any-model]}}\n")); err != nil {
+		t.Fatalf("a provider without models: %v", err)
+	}
+}
