@@ -94,8 +94,8 @@ func (s *Session) takeChainStopLocked() stop {
 	return c
 }
 
-// handleRetryable is the behaviour source's #handleRetryableError, step by
-// step ("Flow", 13 steps). It returns whether the prompt continues with
+// handleRetryable is the retry flow, step by step (docs/retry-policy.md §5,
+// 13 steps). It returns whether the prompt continues with
 // another model call, and otherwise the prompt's final error.
 // calls is the number of model calls the prompt made so far. A chain
 // stopped from outside (AbortRetry, Abort, a delete, a shutdown, a lost
@@ -197,7 +197,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		// the chain ends silently (no auto_retry_start), counters reset.
 		s.mu.Lock()
 		if attempt > 1 {
-			// The source ends the chain silently; a chain that already
+			// The flow ends the chain silently; a chain that already
 			// announced retries still gets its end, so clients can close it.
 			s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt - 1, FinalError: errMsg})
 		}
@@ -268,9 +268,18 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	obs := s.m.opts.Observer
 	obs.RetryScheduled(Retry{SessionID: s.id, Provider: p.Name, Model: model, Credential: s.credential.ID,
 		Attempt: attempt, Class: string(v.Class), Source: string(plan.Source), Delay: plan.Delay})
-	s.m.log.Info("retry scheduled", "session", s.id, "attempt", attempt, "max_attempts", settings.MaxRetries,
-		"class", v.Class, "delay", plan.Delay, "delay_source", plan.Source, "model", s.model,
-		"credential", s.credential.ID, "error", errMsg)
+	// The failed call's model and credential; the next call's when a
+	// switch changed them. Delays in milliseconds, the unit in the key.
+	logArgs := []any{"session", s.id, "attempt", attempt, "max_attempts", settings.MaxRetries,
+		"class", v.Class, "delay_ms", plan.Delay.Milliseconds(), "delay_source", plan.Source,
+		"model", model, "credential", cred.ID, "error", errMsg}
+	if s.model != model {
+		logArgs = append(logArgs, "next_model", s.model)
+	}
+	if switched {
+		logArgs = append(logArgs, "next_credential", s.credential.ID)
+	}
+	s.m.log.Info("retry scheduled", logArgs...)
 	s.mu.Unlock()
 	return s.backoff(ctx, gen, promptID, attempt, string(v.Class), string(plan.Source), plan.Delay, cancel, errMsg, calls)
 }

@@ -79,8 +79,8 @@ type Session struct {
 	freeRetries      int
 	reasoningRetried bool
 
-	// The retry chain (the source's #retryAttempt, #retryPromise,
-	// #retryAbortController).
+	// The retry chain (docs/retry-policy.md §5: the attempt counter, the
+	// gate, the sleep's cancel).
 	retryAttempt int
 	gateOpen     bool          // a retry chain is in progress (isRetrying)
 	sleepCancel  chan struct{} // closed by AbortRetry to cancel the backoff sleep
@@ -612,7 +612,7 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	if s.m.opts.Credentials != nil && switched.provider == p.Name && switched.cred.ID != "" {
 		req.Credential = switched.cred
 	} else if s.m.opts.Credentials != nil {
-		cred, ok, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name)
+		cred, _, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name)
 		if err != nil {
 			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
 			res := provider.Result{Message: provider.Message{
@@ -631,12 +631,12 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 			t.allBlocked, t.allBlockedFor = true, max(blocked.In, 0)
 			return t
 		}
-		if ok {
-			req.Credential = cred
-			s.mu.Lock()
-			s.credential = cred
-			s.mu.Unlock()
-		}
+		// The call's credential, none for a provider without any (a
+		// fallback to it leaves no other provider's credential behind).
+		req.Credential = cred
+		s.mu.Lock()
+		s.credential = cred
+		s.mu.Unlock()
 	}
 	// The runtime context as this call's target may take it: reasoning
 	// state goes back only to the provider, model and account that made
@@ -760,9 +760,10 @@ func (m *Manager) providerOf(model string) Provider {
 	return m.providers[name]
 }
 
-// chainSucceeded is the success message_end of a retry chain: the source's
-// auto_retry_end{success:true}. The gate itself resolves at the end of the
-// run (prompt_end), so a recovered turn's tool calls finish first.
+// chainSucceeded is the success message_end of a retry chain:
+// auto_retry_end{success:true} (docs/retry-policy.md §5). The gate itself
+// resolves at the end of the run (prompt_end), so a recovered turn's tool
+// calls finish first.
 func (s *Session) chainSucceeded(promptID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
