@@ -18,7 +18,8 @@ import (
 // run goes on with the next line.
 const maxClassifyLine = 1 << 20
 
-// classifyInput is one input line of `agentd classify` (service.md §5). Only
+// classifyInput is one input line of `agentd classify` (the CLI contract,
+// README "agentd classify"). Only
 // message is required; stopReason defaults to "error". Unknown fields are
 // errors, so that a misspelt field ("stop_reason") is not silently ignored.
 type classifyInput struct {

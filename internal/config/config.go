@@ -153,8 +153,8 @@ type Redis struct {
 	SecretKey    string `yaml:"-"`
 }
 
-// Retry is the behaviour source's retry group. Unset fields keep the
-// source's defaults.
+// Retry is the retry policy's settings group (docs/retry-policy.md). Unset
+// fields keep its defaults.
 type Retry struct {
 	Enabled              *bool               `yaml:"enabled"`
 	MaxRetries           *int                `yaml:"max_retries"`
@@ -595,7 +595,7 @@ func (l *Limits) finish(maxPromptBytes int) error {
 	return nil
 }
 
-// RetrySettings returns the server-wide retry settings: the source's
+// RetrySettings returns the server-wide retry settings: the retry policy's
 // defaults with the file's values applied.
 func (c *Config) RetrySettings() (retry.Settings, error) {
 	s := retry.DefaultSettings()

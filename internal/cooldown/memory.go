@@ -1,10 +1,10 @@
 // Package cooldown keeps the model cooldown registry of the retry engine's
-// model fallback (the behaviour source's step 8: "suppress the current model
-// selector for cooldown"). A model in cooldown is skipped as a fallback
-// candidate, and a session on a fallback model returns to its primary once
-// the primary's cooldown has expired. The registry is shared by every
-// session of the process, so one session's failures spare the others the
-// same failing model.
+// model fallback (docs/retry-policy.md §4 and §5 step 8: "suppress the
+// current model selector for cooldown"). A model in cooldown is skipped as a
+// fallback candidate, and a session on a fallback model returns to its
+// primary once the primary's cooldown has expired. The registry is shared
+// by every session of the process, so one session's failures spare the
+// others the same failing model.
 package cooldown
 
 import (

@@ -1,7 +1,7 @@
 // Package credstore keeps providers' credentials and their state: which are
 // blocked by a usage limit and until when, how many banked resets each has,
 // and whose turn it is. It is step 7 of the retry policy
-// (docs: retry-policy-source.txt, reference-notes.md section c): when a
+// (docs/retry-policy.md §3): when a
 // credential hits a usage limit, block it and switch to a sibling at once;
 // failing that, spend a banked reset (opt-in); failing that, tell the retry
 // engine when the earliest blocked sibling frees up.

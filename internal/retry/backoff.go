@@ -32,11 +32,12 @@ func NominalDelay(attempt int, base time.Duration) time.Duration {
 	return base << shift
 }
 
-// LocalDelay is the capped, jittered local backoff of the source's Flow step
-// 6: NominalDelay(attempt, base) · (0.75 + 0.25·u), with u a draw in [0, 1)
-// from an injected random source (u outside [0, 1], or NaN, is clamped: NaN
-// and negatives to 0, above 1 to 1). The result is in [0.75, 1] × nominal
-// (truncated to the nanosecond), so at most MaxLocalDelay.
+// LocalDelay is the capped, jittered local backoff of docs/retry-policy.md
+// §2.1 (§5 step 6): NominalDelay(attempt, base) · (0.75 + 0.25·u), with u a
+// draw in [0, 1) from an injected random source (u outside [0, 1], or NaN,
+// is clamped: NaN and negatives to 0, above 1 to 1). The result is in
+// [0.75, 1] × nominal (truncated to the nanosecond), so at most
+// MaxLocalDelay.
 //
 // The reference writes the factor as (1 − 0.25·U); both map a uniform draw
 // onto the same 75–100 % range, here u = 0 gives the shortest sleep.

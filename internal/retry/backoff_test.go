@@ -9,7 +9,8 @@ import (
 
 func TestNominalDelayDefaults(t *testing.T) {
 	t.Parallel()
-	// The source document's sequence with default settings, before jitter.
+	// The sequence of docs/retry-policy.md §2.1 with default settings,
+	// before jitter.
 	want := []time.Duration{500, 1000, 2000, 4000, 8000, 8000, 8000, 8000, 8000, 8000}
 	for i, w := range want {
 		if got := NominalDelay(i+1, 500*time.Millisecond); got != w*time.Millisecond {

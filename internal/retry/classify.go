@@ -106,7 +106,7 @@ func (c Class) Retryable() bool {
 const StopDetailStreamInterrupted = "stream_interrupted_after_content"
 
 // GenericAbortSentinel is the error message of a content-less aborted stop that
-// was not caused by the user (reference-notes a.7, GENERIC_ABORT_SENTINEL).
+// was not caused by the user (docs/retry-policy.md §1.6).
 const GenericAbortSentinel = "Request was aborted"
 
 // IsReasonlessAbort reports whether a stop is the reasonless abort that the
@@ -147,9 +147,9 @@ type Failure struct {
 	ObservableOutput bool        // stream already emitted a tool call, non-empty text, thinking or redacted thinking
 
 	// ContextWindow and InputTokens, when both are known (> 0), detect the
-	// silent overflow of reference-notes a.3: input + cache read + cache write
-	// tokens (InputTokens) above the model's context window. Leave them 0 when
-	// unknown.
+	// silent overflow of docs/retry-policy.md §1.2: input + cache read +
+	// cache write tokens (InputTokens) above the model's context window.
+	// Leave them 0 when unknown.
 	ContextWindow int
 	InputTokens   int
 }
@@ -174,12 +174,12 @@ type Verdict struct {
 	// is to be considered blocked: Hint when HasHint (a hint of 0 stays 0),
 	// else agentd's estimate from the wording (UsageWindowEstimated): 30 min
 	// for quota/unknown, 30 s for rate limits, 60 s for model capacity, 20 s
-	// for server errors (reference-notes a.9). Zero for other classes.
+	// for server errors (docs/retry-policy.md §1.8). Zero for other classes.
 	UsageWindow          time.Duration
 	UsageWindowEstimated bool
 	// Cooldown, for transient and usage-limit failures (Underlying), is how
 	// long the failing model selector should be suppressed before model
-	// fallback (reference-notes d.3): Hint when it is > 0, else 5 min for an
+	// fallback (docs/retry-policy.md §4): Hint when it is > 0, else 5 min for an
 	// unknown reason, 30 min quota, 30 s rate limit, 60 s capacity, 20 s
 	// server error. Zero for other classes (refusals and stale replays record
 	// no cooldown).
@@ -219,8 +219,8 @@ const LongRateLimitHint = 10 * time.Minute
 // itself.
 const DefaultUsageWindow = 30 * time.Minute
 
-// Classify decides what kind of failure f is, in the source document's order
-// (retry-policy-source.txt "Retry classification", reference-notes a.2):
+// Classify decides what kind of failure f is, in the order of
+// docs/retry-policy.md §1.1:
 //
 //  1. stopReason must be "error" (an aborted stop is never classified as
 //     retryable here; see [IsReasonlessAbort]). Silent overflow (InputTokens
@@ -716,7 +716,7 @@ func (r limitReason) usageEstimate() time.Duration {
 	return DefaultUsageWindow
 }
 
-// cooldown is the model-selector suppression of reference-notes d.3: as
+// cooldown is the model-selector suppression of docs/retry-policy.md §4: as
 // usageEstimate, except 5 minutes for an unknown reason.
 func (r limitReason) cooldown() time.Duration {
 	if r == reasonUnknown {

@@ -53,8 +53,8 @@ const (
 	not = ClassNotRetryable
 )
 
-// classifyCases are real provider and transport error messages (sources in
-// shared/spec/wire-formats.md and the providers' documentation), labelled
+// classifyCases are real provider and transport error messages (from the
+// providers' documentation and internal/provider/providertest), labelled
 // with agentd's class.
 var classifyCases = []classifyCase{
 	// ---- Anthropic ----
@@ -382,7 +382,7 @@ func TestClassifyTable(t *testing.T) {
 }
 
 // TestClassifyReferenceFamilies checks one message per pattern family of the
-// source document (and reference-notes a.8), so that a family cannot silently
+// retry policy (docs/retry-policy.md §1.7), so that a family cannot silently
 // disappear.
 func TestClassifyReferenceFamilies(t *testing.T) {
 	t.Parallel()

@@ -2,7 +2,7 @@
 // decisions, no I/O and no clock of its own.
 //
 // It answers four questions for the session's retry engine, in the order of
-// the source document's Flow (shared/spec/retry-policy-source.txt):
+// the retry flow (docs/retry-policy.md §5):
 //
 //  1. Is this failed assistant turn worth another attempt, and why?
 //     [Classify] sorts a [Failure] into a [Class]: transient, usage limit,

@@ -42,7 +42,7 @@ const MaxHint = 7*24*time.Hour + time.Hour
 //     -status is "allowed…", is skipped); the latest reset among them wins.
 //     These come after the wording because they give the time until the
 //     bucket is full again, not the earliest moment a request is allowed
-//     (wire-formats §2.3): OpenAI's "try again in 9.8s" beats
+//     (the OpenAI rate-limit headers): OpenAI's "try again in 9.8s" beats
 //     "x-ratelimit-reset-tokens: 6m0s".
 //
 // Absolute times (HTTP dates, epochs, RFC 3339) are taken relative to now; a

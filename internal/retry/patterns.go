@@ -72,10 +72,10 @@ func (p phrases) match(t *subject) bool {
 	return ok
 }
 
-// overflowStrongRE: context-overflow wordings (reference-notes a.3, plus the
-// wordings of providers it does not list). A match makes the failure a
-// context overflow whatever else the text says. The reference's patterns
-// with unbounded gaps are in overflowGapped.
+// overflowStrongRE: context-overflow wordings (docs/retry-policy.md §1.2: the
+// reference's list, plus the wordings of providers it does not list). A
+// match makes the failure a context overflow whatever else the text says.
+// The reference's patterns with unbounded gaps are in overflowGapped.
 var overflowStrongRE = anyPhrases(
 	// reference (OVERFLOW_PATTERNS)
 	`prompt is too long`,                    // Anthropic
@@ -146,7 +146,7 @@ var throttleRE = anyPhrases(
 )
 
 // staleItemRE and stalePrevRE/staleDetailRE: the stale OpenAI Responses replay
-// (reference-notes a.4).
+// (docs/retry-policy.md §1.3).
 var (
 	staleItemRE   = wordPhrases(`item with id ['"][^'"]+['"] not found`)
 	stalePrevRE   = guard(`previous[ _]?response`)
@@ -190,8 +190,9 @@ var staleReasoningRE = []phrases{
 // staleReasoningCases are the cases of staleReasoningRE's families.
 var staleReasoningCases = []StaleCase{StaleReasoningSignature, StaleReasoningOrder, StaleReasoningEncrypted}
 
-// transientRE: the source's transient transport/envelope families (reference
-// notes a.8, TRANSIENT_TRANSPORT_PATTERN and classifyText) with word
+// transientRE: the transient transport/envelope families of
+// docs/retry-policy.md §1.7 (the reference's TRANSIENT_TRANSPORT_PATTERN and
+// classifyText) with word
 // boundaries, plus the transport errors of Go's net/http, crypto/tls and
 // x/net/http2, Node, Envoy and Bedrock.
 var transientRE = wordPhrases(
@@ -280,7 +281,7 @@ var (
 	beforeMessageStartRE = guard(`before message_start`)
 )
 
-// usageRE: usage-limit wordings (reference-notes a.9 at HEAD, plus billing
+// usageRE: usage-limit wordings (docs/retry-policy.md §1.8, plus billing
 // and daily-quota wordings). A usage limit rotates credentials instead of
 // backing off.
 var usageRE = wordPhrases(

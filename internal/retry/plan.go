@@ -69,8 +69,8 @@ type DelayPlan struct {
 	NoRetry bool
 }
 
-// Plan combines Flow steps 6, 7 and 9 of the source document (with
-// retry-policy.md Decision 4 and reference-notes b.3 and c.4). It is pure
+// Plan combines steps 6, 7 and 9 of the retry flow (docs/retry-policy.md §5
+// and §2.3). It is pure
 // arithmetic; the session does the switching, sleeping and event emission.
 // It does not check retry.enabled or retry.max_retries (Flow steps 2 and 5,
 // see Settings.Exhausted) and ignores Verdict.Retryable (a reasonless abort

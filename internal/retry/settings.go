@@ -17,7 +17,7 @@ const (
 	RevertNever = "never"
 )
 
-// Settings is the source document's retry group (config file "retry:", and
+// Settings is the retry policy's settings group (config file "retry:", and
 // per-session overrides).
 type Settings struct {
 	Enabled    bool          // retry.enabled
@@ -35,7 +35,7 @@ type Settings struct {
 	FallbackRevertPolicy string
 }
 
-// DefaultSettings returns the source document's defaults: enabled, 10
+// DefaultSettings returns the retry policy's defaults: enabled, 10
 // retries, 500 ms base delay, 300000 ms (5 min) max delay, model fallback on,
 // no chains, revert on cooldown expiry.
 func DefaultSettings() Settings {

@@ -282,8 +282,9 @@ func standalone(s string, i, j int) bool {
 	return true
 }
 
-// transientStatusNumbers are the HTTP-like server classes the source lists
-// (429, 500, 502, 503, 504) plus Anthropic's 529 and Cloudflare's 520–524.
+// transientStatusNumbers are the HTTP-like server classes of the retry policy
+// (docs/retry-policy.md §1.7: 429, 500, 502, 503, 504) plus Anthropic's 529
+// and Cloudflare's 520–524.
 var transientStatusNumbers = []int{429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529}
 
 // statusPatterns extract an HTTP status from error text, first match wins (the

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Event types: the behaviour source's names.
+// Event types (the retry events are those of docs/retry-policy.md §5).
 const (
 	EventAgentStart             = "agent_start"
 	EventMessageStart           = "message_start"

@@ -23,8 +23,8 @@ type Cooldowns interface {
 // for an unknown reason).
 const DefaultFallbackCooldown = 5 * time.Minute
 
-// activeFallback is the source's activeRetryFallback: the session runs on a
-// fallback model of role's chain instead of original.
+// activeFallback is the fallback in effect (docs/retry-policy.md §4): the
+// session runs on a fallback model of role's chain instead of original.
 type activeFallback struct {
 	role     string
 	original string
@@ -115,7 +115,7 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 	return false
 }
 
-// maybeRevert is the source's #maybeRestoreRetryFallbackPrimary: before a
+// maybeRevert is the revert of docs/retry-policy.md §4: before a
 // prompt and before every continuation, a session on a fallback model goes
 // back to its primary once the primary's cooldown has expired (policy
 // cooldown-expiry; never with policy never or a pinned fallback).

@@ -1,8 +1,8 @@
 // Package session runs agent sessions: a registry safe for thousands of
 // concurrent sessions, one prompt at a time per session, persisted history
 // and a runtime context, per-session event logs that fan out to any number
-// of readers, and the retry engine's lifecycle (the behaviour source's
-// "Flow"). It knows no transport: the server maps its events to the API.
+// of readers, and the retry engine's lifecycle (docs/retry-policy.md §5).
+// It knows no transport: the server maps its events to the API.
 package session
 
 import (

@@ -214,7 +214,7 @@ func (c *Client) streamResponses(ctx context.Context, req *provider.Request, a *
 	return res
 }
 
-// Stale-replay wordings (spec reference-notes a.4).
+// Stale-replay wordings (docs/retry-policy.md §1.3).
 var (
 	staleItemRE   = regexp.MustCompile(`(?i)\bitem with id ['"][^'"]+['"] not found`)
 	stalePrevRE   = regexp.MustCompile(`(?i)previous[ _]?response`)

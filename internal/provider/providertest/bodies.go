@@ -8,9 +8,9 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 )
 
-// Error bodies, byte for byte as the spec's wire-formats.md quotes them (the
-// pretty-printed ones there are compacted; where the spec quotes a body
-// truncated, the message is completed with the provider's full wording).
+// Error bodies, byte for byte as the providers send them (pretty-printed
+// ones compacted; where a documented body is truncated, the message is
+// completed with the provider's full wording). See docs/retry-policy.md §6.
 const (
 	// Anthropic.
 	AnthropicOverloaded       = `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
@@ -63,7 +63,7 @@ func MaskKey(key string) string {
 }
 
 // Body is the canonical error body of a kind for an HTTP status: the
-// provider's own body for the statuses the spec quotes, else a body in the
+// provider's own body for the statuses quoted here, else a body in the
 // provider's error envelope with the status text. key is the API key the
 // request carried (OpenAI's 401 echoes it masked).
 func Body(kind string, status int, key string) string {
@@ -117,7 +117,7 @@ func statusText(status int) string {
 }
 
 // AnthropicRateLimitHeaders are the rate-limit headers of a real Anthropic
-// answer (wire-formats.md §1.3), plus request-id.
+// answer, plus request-id.
 func AnthropicRateLimitHeaders() http.Header {
 	return hdr(
 		"anthropic-ratelimit-input-tokens-limit", "80000",
@@ -136,7 +136,7 @@ func AnthropicRateLimitHeaders() http.Header {
 }
 
 // OpenAIRateLimitHeaders are OpenAI's x-ratelimit-* headers with the
-// documented sample values (wire-formats.md §2.3).
+// documented sample values.
 func OpenAIRateLimitHeaders() http.Header {
 	return hdr(
 		"x-ratelimit-limit-requests", "60",

@@ -1,8 +1,8 @@
 // Package providertest is a fake LLM provider: an [http.Handler] (and a
 // loopback [Server]) that speaks the streaming wire formats of the three
 // provider kinds agentd calls — Anthropic Messages, OpenAI Responses and
-// OpenAI Chat Completions — byte for byte as the spec's wire-formats.md
-// quotes them, and plays a scripted fault per request. agentd's provider
+// OpenAI Chat Completions — byte for byte as the providers send them, and
+// plays a scripted fault per request. agentd's provider
 // client tests use it over real loopback HTTP; so can end-to-end tests, a
 // mock-provider command and load tests (pacing is configurable).
 //

@@ -17,7 +17,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// docStream is the basic stream of wire-formats.md §1.4, verbatim.
+// docStream is the basic Anthropic Messages stream, verbatim (the Anthropic
+// stream format).
 const docStream = `event: message_start
 data: {"type": "message_start", "message": {"id": "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "type": "message", "role": "assistant", "content": [], "model": "claude-opus-4-1-20250805", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "output_tokens": 1}}}
 
@@ -189,7 +190,7 @@ func TestHangEndsWhenClientGoes(t *testing.T) {
 }
 
 // TestErrorEventsAsDocumented checks the mid-stream error frames against the
-// bodies wire-formats.md quotes.
+// providers' own bodies (bodies.go).
 func TestErrorEventsAsDocumented(t *testing.T) {
 	for _, tc := range []struct {
 		path string

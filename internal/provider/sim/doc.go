@@ -58,7 +58,7 @@
 //	          | "429" | "500" | "502" | "503" | "504" | "529" .
 //	option    = key "=" value .
 //
-// Steps. Wordings are the providers' own (see the spec's wire-formats.md);
+// Steps. Wordings are the providers' own (docs/retry-policy.md §6);
 // "T: M" below is the error type and message that [provider.HTTPErrorMessage]
 // formats into the error message, e.g. "529 overloaded_error: Overloaded".
 //

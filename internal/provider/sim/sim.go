@@ -56,7 +56,7 @@ const (
 	codePreviousResponseNotFound = "previous_response_not_found"
 )
 
-// Messages, as the providers word them (spec wire-formats.md, reference-notes.md).
+// Messages, as the providers word them (docs/retry-policy.md §6).
 const (
 	msgInvalidRequest  = `messages: roles must alternate between "user" and "assistant"`
 	msgAuthentication  = "invalid x-api-key"
