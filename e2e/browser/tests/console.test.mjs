@@ -23,6 +23,10 @@ providers:
   - name: sim
     kind: simulated
     token_delay_ms: 40
+    # countdown: test 2's model, so that the cooldown its 429 leaves does
+    # not move test 3's new session off sim/echo (new prompts skip a
+    # cooling model).
+    models: [echo, backup, countdown]
     credentials:
       - {id: sim-primary, api_key: sk-sim-0000000000000000000000}
       - {id: sim-secondary, api_key: sk-sim-1111111111111111111111, banked_resets: 2}
@@ -79,7 +83,7 @@ test('the console loads, asks for a token, and keeps it in memory only', async (
 });
 
 test('a fault script shows the retry countdown; Cancel ends the retry', async () => {
-  const id = await createSession(page);
+  const id = await createSession(page, { model: 'sim/countdown' });
   await send(page, 'hello [[faults: 429:retry-after=30,ok]]');
   const retry = page.locator('.entry[data-type=auto_retry_start]');
   await retry.waitFor();
