@@ -16,6 +16,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // The HTTP face's guards, in the order they run on every request:
@@ -180,10 +181,13 @@ func (a *webAPI) tooLarge(w http.ResponseWriter) {
 		"request body: larger than limits.max_request_bytes (%d bytes)", a.maxBody))
 }
 
+// errorJSON encodes errors as the gateway's marshaler does (details: [] included).
+var errorJSON = &runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{EmitDefaultValues: true}}
+
 // writeStatus answers with st as the gateway writes errors
 // ({"code", "message", "details"}) under the HTTP status code.
 func writeStatus(w http.ResponseWriter, code int, st *status.Status) {
-	body, err := (&runtime.JSONPb{}).Marshal(st.Proto())
+	body, err := errorJSON.Marshal(st.Proto())
 	if err != nil {
 		body = []byte(fmt.Sprintf(`{"code":%d,"message":"internal error","details":[]}`, codes.Internal))
 	}

@@ -198,6 +198,12 @@ func TestRequestOverTheLimit(t *testing.T) {
 		}
 		wantStatus(t, resp, 413, codes.ResourceExhausted, "limits.max_request_bytes (65536 bytes)")
 	}
+	// The refusal reads as the gateway's errors do, details included.
+	resp413 := webReq(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+id+":prompt", big, webTokenA, nil)
+	if b, _ := io.ReadAll(resp413.Body); !strings.Contains(string(b), `"details":[]`) {
+		t.Errorf("413 body %s: want the gateway's error shape", b)
+	}
+	resp413.Body.Close()
 	// 12 MB, as in the finding: 413, not 429.
 	resp := webReq(t, ctx, "POST", ts.baseURL+"/v1/sessions", `{"model":"sim/echo","systemPrompt":"`+strings.Repeat("y", 12_000_000)+`"}`, webTokenA, nil)
 	wantStatus(t, resp, 413, codes.ResourceExhausted, "limits.max_request_bytes")
