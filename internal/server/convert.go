@@ -26,11 +26,16 @@ func toStatus(err error) error {
 	}
 	var inv *session.InvalidError
 	var dropped *session.DroppedError
+	var resume *session.ResumeError
 	switch {
 	case errors.As(err, &inv):
 		return status.Error(codes.InvalidArgument, inv.Error())
 	case errors.As(err, &dropped):
 		return status.Error(codes.OutOfRange, dropped.Error())
+	case errors.As(err, &resume):
+		// The replica lost the session's lease mid-prompt: the client
+		// resumes from the seq named, on any replica.
+		return status.Error(codes.Unavailable, resume.Error())
 	case errors.Is(err, session.ErrNotFound), errors.Is(err, credstore.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, session.ErrBusy), errors.Is(err, session.ErrNotWaiting):

@@ -31,6 +31,26 @@ func (e *DroppedError) Error() string {
 // Is makes errors.Is(err, ErrEventsDropped) true.
 func (e *DroppedError) Is(target error) bool { return target == ErrEventsDropped }
 
+// ErrResume ends the readers of a replica that lost a session's lease
+// while its prompt ran: the stored log, which every replica serves, goes on
+// from another replica. The reader resumes after the seq *ResumeError names,
+// on any replica.
+var ErrResume = errors.New("resume elsewhere")
+
+// ResumeError says where to resume: after seq After, the newest event the
+// store holds of what this replica delivered. A reader that got events
+// beyond it (a failover lost them from the store) drops them.
+type ResumeError struct {
+	After uint64
+}
+
+func (e *ResumeError) Error() string {
+	return fmt.Sprintf("this replica lost the session's lease (another replica goes on with the prompt); resume after seq %d, on any replica", e.After)
+}
+
+// Is makes errors.Is(err, ErrResume) true.
+func (e *ResumeError) Is(target error) bool { return target == ErrResume }
+
 // eventLog is a session's bounded, ordered event log. Publishing never
 // blocks: readers keep their own cursor and are woken by a broadcast
 // channel, so a slow reader costs the session nothing. A reader whose next
@@ -55,6 +75,19 @@ type eventLog struct {
 	wake   chan struct{}
 	closed bool
 	subs   int
+
+	// With a shared store the log delivers only what the store holds
+	// (gated): readers see events up to durable, which the store's writer
+	// moves on as it stores them; events of other replicas (apply) are
+	// stored already. So no reader sees an event the stored log may not
+	// have. fenced: the replica lost the lease of the running prompt; the
+	// log takes no new events (publish drops them) until unfence, and the
+	// readers of epoch (those subscribed before) end with a *ResumeError
+	// once they have read up to durable.
+	gated   bool
+	durable uint64
+	fenced  bool
+	epoch   uint64
 }
 
 func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()) *eventLog {
@@ -72,12 +105,69 @@ func (l *eventLog) publish(e Event) Event {
 	if l.closed {
 		return e
 	}
+	if l.fenced {
+		return Event{} // Seq 0: not stored either
+	}
 	e.SessionID = l.sessionID
 	e.Seq = l.next
 	e.Time = l.now()
 	l.storeLocked(e)
 	l.wakeLocked()
 	return e
+}
+
+// stored moves the delivered part of a gated log on to seq (the store
+// holds every event up to it).
+func (l *eventLog) stored(seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq > l.durable && !l.fenced {
+		l.durable = min(seq, l.next-1)
+		l.wakeLocked()
+	}
+}
+
+// fence stops the log taking events of this replica: those after at (the
+// newest the store holds of them; 0: the newest it confirmed) are dropped,
+// the readers subscribed so far end with a *ResumeError after at, and
+// publish drops events until unfence. It returns at.
+func (l *eventLog) fence(at uint64) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at == 0 || at > l.durable {
+		at = l.durable
+	}
+	if at < l.next-1 {
+		var keep []Event
+		for seq := l.oldestLocked(); seq <= at; seq++ {
+			keep = append(keep, l.ring[(seq-l.base)%l.size])
+		}
+		if len(keep) == 0 {
+			l.jumpLocked(at + 1)
+		} else {
+			l.ring, l.base, l.next = keep, keep[0].Seq, at+1
+		}
+	}
+	l.durable = at
+	l.fenced = true
+	l.epoch++
+	l.wakeLocked()
+	return at
+}
+
+// unfence lets the log take events again.
+func (l *eventLog) unfence() {
+	l.mu.Lock()
+	l.fenced = false
+	l.mu.Unlock()
+}
+
+// visibleLocked is the newest seq readers may read.
+func (l *eventLog) visibleLocked() uint64 {
+	if l.gated {
+		return l.durable
+	}
+	return l.next - 1
 }
 
 // storeLocked stores e, whose seq is next.
@@ -102,6 +192,7 @@ func (l *eventLog) wakeLocked() {
 func (l *eventLog) jumpLocked(seq uint64) {
 	l.ring = l.ring[:0]
 	l.base, l.next = seq, seq
+	l.durable = seq - 1
 }
 
 // jump moves an empty or stale copy of a shared log on to seq.
@@ -133,6 +224,7 @@ func (l *eventLog) apply(evs []Event) {
 		added = true
 	}
 	if added {
+		l.durable = l.next - 1
 		l.wakeLocked()
 	}
 }
@@ -217,6 +309,7 @@ type Subscription struct {
 	pooled *[]Event
 	used   int // the most of it a fill used since it was taken
 	closed bool
+	epoch  uint64 // the log's fence epoch when it subscribed
 }
 
 // eventBufs are the readers' batch arrays.
@@ -234,7 +327,7 @@ func (l *eventLog) subscribe(after uint64) (*Subscription, error) {
 		return nil, &DroppedError{After: after, Oldest: oldest}
 	}
 	l.subs++
-	return &Subscription{log: l, after: after}, nil
+	return &Subscription{log: l, after: after, epoch: l.epoch}, nil
 }
 
 // Next returns the next event, waiting for one when needed. It returns
@@ -277,7 +370,8 @@ func (s *Subscription) fill(ctx context.Context) error {
 		l.onDrop()
 		return &DroppedError{After: s.after, Oldest: oldest}
 	}
-	if n := l.next - 1 - s.after; n > 0 {
+	if visible := l.visibleLocked(); visible > s.after {
+		n := visible - s.after
 		const batch = 256
 		n = min(n, batch)
 		if s.pooled == nil {
@@ -290,6 +384,10 @@ func (s *Subscription) fill(ctx context.Context) error {
 		*s.pooled, s.buf, s.used = b, b, max(s.used, len(b))
 		l.mu.Unlock()
 		return nil
+	}
+	if s.epoch != l.epoch {
+		l.mu.Unlock()
+		return &ResumeError{After: l.durable}
 	}
 	if l.closed {
 		l.mu.Unlock()

@@ -282,7 +282,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 		m: m, id: id, tenant: tenant, created: m.opts.Now(), lastUsed: time.Now(),
 		role: p.Role, system: p.SystemPrompt, tools: p.Tools, params: p.Params,
 		primary: p.Model, model: p.Model, settings: settings,
-		log: newEventLog(id, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
+		log: m.newLog(id),
 	}
 	if sh := m.opts.Shared; sh != nil {
 		m.mu.RLock()

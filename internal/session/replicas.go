@@ -57,9 +57,18 @@ func (m *Manager) leaseTTL() time.Duration {
 	return DefaultLeaseTTL
 }
 
-// startShared starts the control handler and the janitor.
+// newLog is a session's event log: gated with a shared store (it delivers
+// only what the store holds).
+func (m *Manager) newLog(id string) *eventLog {
+	l := newEventLog(id, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped)
+	l.gated = m.opts.Shared != nil
+	return l
+}
+
+// startShared starts the control handler, the event watch and the janitor.
 func (m *Manager) startShared() {
 	m.opts.Shared.Serve(m.handleControl)
+	m.opts.Shared.WatchEvents(EventWatch{Stored: m.eventsStored, Lost: m.eventsLost})
 	m.bg.Add(2)
 	go func() {
 		defer m.bg.Done()
@@ -123,7 +132,7 @@ func (m *Manager) adopt(rec Record) *Session {
 			m: m, id: rec.ID, tenant: rec.Tenant, created: rec.Created, order: rec.Order,
 			role: rec.Role, system: rec.System, tools: rec.Tools, primary: rec.Primary, params: rec.Params,
 			ctxEntries: -1,
-			log:        newEventLog(rec.ID, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped),
+			log:        m.newLog(rec.ID),
 		}
 		m.sessions[rec.ID] = s
 	}
@@ -486,19 +495,15 @@ func (s *Session) keepLease(promptID string) (stop func()) {
 			case err != nil:
 				// Cut off from the store for a whole lease: another replica
 				// takes the prompt over, so this one stops it.
-				s.m.log.Error("session lease expired while the store was unreachable: aborting the prompt", "session", s.id, "err", err)
-				s.m.opts.Observer.Takeover(TakeoverLeaseLost)
 				s.mu.Lock()
-				s.abortLocked(stopLeaseLost)
+				s.fenceLocked(0, fmt.Errorf("the lease expired while the store was unreachable: %w", err))
 				s.mu.Unlock()
 				return
 			case ok:
 				renewed = time.Now()
 			case !ok:
-				s.m.log.Error("session lease lost to another replica: aborting the prompt", "session", s.id)
-				s.m.opts.Observer.Takeover(TakeoverLeaseLost)
 				s.mu.Lock()
-				s.abortLocked(stopLeaseLost)
+				s.fenceLocked(0, ErrFenced)
 				s.mu.Unlock()
 				return
 			}
@@ -511,12 +516,14 @@ func (s *Session) keepLease(promptID string) (stop func()) {
 // frees the prompt's slot, before prompt_end goes out: a replica sent a
 // prompt by a client that saw prompt_end waits for the lease instead of
 // refusing it, and the tenant's count no longer has this prompt.
-func (s *Session) finishSharedLocked(promptID string) {
+func (s *Session) finishSharedLocked(promptID, outcome, errText string) {
 	sh := s.m.opts.Shared
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
-	if err := sh.Finish(ctx, s.id, s.mutableLocked(), Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true}, s.slot(promptID)); err != nil {
+	if err := sh.Finish(ctx, s.id, s.mutableLocked(), Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true,
+		Outcome: outcome, Error: errText}, s.slot(promptID)); err != nil {
 		s.m.log.Error("session not saved, or its run not marked as ending", "session", s.id, "err", err)
+		s.fenceOnLocked(err)
 	}
 	s.ctxEntries = s.entries
 }
@@ -542,15 +549,22 @@ func (s *Session) releaseAfterFlush(promptID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
 	if err := s.m.opts.Shared.Flush(ctx, s.id); err != nil {
-		s.m.log.Warn("events not stored", "session", s.id, "err", err)
+		// Its prompt_end may never be stored: the run stays (ending), for
+		// the replica that takes it over to store it.
+		s.m.log.Warn("the prompt's last events not stored: another replica ends the prompt", "session", s.id, "err", err)
+		s.mu.Lock()
+		s.fenceLocked(0, err)
+		s.mu.Unlock()
+		s.releaseLease()
+		return
 	}
 	if err := s.m.opts.Shared.EndRun(ctx, s.id, s.slot(promptID)); err != nil {
 		s.m.log.Warn("run not ended in the store (its lease expires on its own)", "session", s.id, "err", err)
 	}
 }
 
-// saveRun records the run's retry state (due zero: not in backoff).
-func (s *Session) saveRun(r Run) {
+// saveRunLocked records the run's retry state (due zero: not in backoff).
+func (s *Session) saveRunLocked(r Run) {
 	sh := s.m.opts.Shared
 	if sh == nil {
 		return
@@ -560,6 +574,7 @@ func (s *Session) saveRun(r Run) {
 	r.Replica = sh.ReplicaID()
 	if err := sh.SaveRun(ctx, s.id, r); err != nil {
 		s.m.log.Warn("run state not stored (another replica could not resume this retry)", "session", s.id, "err", err)
+		s.fenceOnLocked(err)
 	}
 }
 
@@ -573,15 +588,18 @@ func (s *Session) persistRetryLocked(r Run, stripped int64) {
 	if stripped >= 0 {
 		if err := sh.Strip(ctx, s.id, stripped); err != nil {
 			s.m.log.Warn("stripped message not recorded", "session", s.id, "err", err)
+			s.fenceOnLocked(err)
 		}
 	}
 	if err := sh.Save(ctx, s.id, s.mutableLocked()); err != nil {
 		s.m.log.Warn("session not saved", "session", s.id, "err", err)
+		s.fenceOnLocked(err)
 	}
 	r.Replica = sh.ReplicaID()
 	r.Params = s.promptParamsLocked()
 	if err := sh.SaveRun(ctx, s.id, r); err != nil {
 		s.m.log.Warn("run state not stored (another replica could not resume this retry)", "session", s.id, "err", err)
+		s.fenceOnLocked(err)
 	}
 }
 
@@ -854,10 +872,14 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		return err
 	}
 	run, found, err := sh.LoadRun(ctx, id)
-	if err == nil && (!found || run.Ending) {
-		// It ended meanwhile, or its replica was lost after its prompt_end
-		// (whose Finish freed the prompt's slot).
+	if err == nil && !found {
+		// It ended meanwhile.
 		return sh.EndRun(ctx, id, PromptSlot{})
+	}
+	if err == nil && run.Ending {
+		// Its replica was lost while the prompt ended (Finish freed the
+		// prompt's slot): its prompt_end may not be stored.
+		return m.endEnded(ctx, id, run)
 	}
 	var rec Record
 	if err == nil {
@@ -924,6 +946,63 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	}
 	go s.run(runCtx, cancel, s.generation, run.PromptID, res)
 	return nil
+}
+
+// endEnded ends the run of a prompt whose replica was lost while it ended
+// (the lease is this replica's): it stores the prompt's prompt_end, as its
+// run records it, when the stored log lacks it, so that every prompt has
+// exactly one. Then the run is over.
+func (m *Manager) endEnded(ctx context.Context, id string, run Run) error {
+	sh := m.opts.Shared
+	rec, found, err := sh.Load(ctx, id)
+	if err != nil {
+		_ = sh.Release(context.WithoutCancel(ctx), id)
+		return err
+	}
+	ended := true
+	if found {
+		if ended, err = m.promptEnded(ctx, id, run.PromptID, rec.LastSeq); err != nil {
+			_ = sh.Release(context.WithoutCancel(ctx), id)
+			return err
+		}
+	}
+	if !ended {
+		s := m.adopt(rec)
+		s.mu.Lock()
+		if err := s.syncLocked(ctx); err != nil {
+			s.mu.Unlock()
+			_ = sh.Release(context.WithoutCancel(ctx), id)
+			return err
+		}
+		outcome, errText := run.Outcome, run.Error
+		if outcome == "" {
+			outcome, errText = OutcomeFailed, ErrOwnerLost
+		}
+		m.log.Warn("janitor: the prompt's replica was lost while it ended: storing its prompt_end", "session", id, "prompt", run.PromptID)
+		s.emit(Event{Type: EventPromptEnd, PromptID: run.PromptID, Outcome: outcome, Error: errText})
+		s.mu.Unlock()
+		if err := sh.Flush(ctx, id); err != nil {
+			_ = sh.Release(context.WithoutCancel(ctx), id)
+			return err
+		}
+	}
+	return sh.EndRun(ctx, id, PromptSlot{})
+}
+
+// promptEnded reports whether the stored log's tail has promptID's
+// prompt_end.
+func (m *Manager) promptEnded(ctx context.Context, id, promptID string, lastSeq uint64) (bool, error) {
+	const tail = 256
+	evs, err := m.opts.Shared.Events(ctx, id, max(lastSeq, tail)-tail, tail)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range evs {
+		if e.PromptID == promptID && e.Type == EventPromptEnd {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // lostPoint ends a lost replica's prompt: it reads the prompt's last stored

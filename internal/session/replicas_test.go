@@ -551,14 +551,95 @@ func TestReplicasTakeOverEndsLostStream(t *testing.T) {
 	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeCompleted {
 		t.Fatalf("next prompt: %+v", end)
 	}
-	// A, cut off from the store for a whole lease, stopped its own copy of
-	// the prompt too.
-	evs = until(t, onA, session.EventPromptEnd)
-	if end := evs[len(evs)-1]; end.Outcome != session.OutcomeAborted || end.Error != "session lease lost" {
-		t.Fatalf("A's prompt_end = %+v", end)
+	// A, cut off from the store for a whole lease, stopped its part
+	// without a word more: its reader saw only stored events, and is told
+	// where to resume; resumed there on B, it sees the prompt's one end.
+	seen, resume := untilResume(t, onA)
+	if only(seen, session.EventPromptEnd) != nil || (len(seen) > 0 && seen[len(seen)-1].Seq > resume.After) {
+		t.Fatalf("A's reader got %v, then resume after %d", kinds(seen), resume.After)
+	}
+	onB, err := get(t, b.m, s.ID()).Subscribe(t.Context(), resume.After)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onB.Close()
+	if end := last(until(t, onB, session.EventPromptEnd)); end.Outcome != session.OutcomeFailed || end.Error != session.ErrOwnerLost {
+		t.Fatalf("resumed on B: prompt_end %+v", end)
 	}
 	if b.takeovers.count(session.TakeoverEnded) != 1 || a.takeovers.count(session.TakeoverLeaseLost) != 1 {
 		t.Fatalf("takeovers: B %v, A %v", b.takeovers.n, a.takeovers.n)
+	}
+	checkLog(t, b.store, s.ID(), seen)
+}
+
+// untilResume reads events until the subscription ends with a
+// *session.ResumeError (its replica lost the lease), within a bounded wait.
+func untilResume(t *testing.T, sub *session.Subscription) ([]session.Event, *session.ResumeError) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var evs []session.Event
+	for {
+		e, err := sub.Next(ctx)
+		var re *session.ResumeError
+		switch {
+		case errors.As(err, &re):
+			return evs, re
+		case err != nil:
+			t.Fatalf("Next: %v (want a resume error), after %v", err, kinds(evs))
+		}
+		evs = append(evs, e)
+	}
+}
+
+// checkLog is the history checker: the stored log of session id runs from
+// seq 1 (or the oldest kept) without a gap, every prompt in it ends with
+// exactly one prompt_end, and every event a client saw (seen, any number
+// of readers' events) is the stored event of its seq.
+func checkLog(t *testing.T, st *sessionstore.Redis, id string, seen ...[]session.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := st.Flush(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := st.Events(ctx, id, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bySeq := map[uint64]session.Event{}
+	ends := map[string]int{}
+	var prompts []string
+	for i, e := range stored {
+		if i == 0 && e.Seq != 1 && len(stored) < 400 {
+			t.Errorf("stored log starts at seq %d", e.Seq)
+		}
+		if i > 0 && e.Seq != stored[i-1].Seq+1 {
+			t.Errorf("stored log: seq %d follows %d", e.Seq, stored[i-1].Seq)
+		}
+		bySeq[e.Seq] = e
+		if e.PromptID != "" {
+			if _, ok := ends[e.PromptID]; !ok {
+				prompts = append(prompts, e.PromptID)
+				ends[e.PromptID] = 0
+			}
+		}
+		if e.Type == session.EventPromptEnd {
+			ends[e.PromptID]++
+		}
+	}
+	for _, p := range prompts {
+		if ends[p] != 1 {
+			t.Errorf("prompt %s has %d stored prompt_end", p, ends[p])
+		}
+	}
+	for _, evs := range seen {
+		for _, e := range evs {
+			got, ok := bySeq[e.Seq]
+			if !ok || got.Type != e.Type || got.PromptID != e.PromptID || got.TextDelta != e.TextDelta {
+				t.Errorf("a client saw seq %d %s %q; the stored log has %s %q", e.Seq, e.Type, e.TextDelta, got.Type, got.TextDelta)
+			}
+		}
 	}
 }
 

@@ -331,7 +331,7 @@ func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, atte
 	}
 	if s.m.opts.Shared != nil {
 		// Out of backoff: a replica taking over from now on ends the prompt.
-		s.saveRun(Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls})
+		s.saveRunLocked(Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls})
 	}
 	return true, "", stopNone
 }

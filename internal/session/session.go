@@ -56,6 +56,7 @@ type Session struct {
 	pullMu     sync.Mutex // serialises pulls from the stored log
 	ending     bool       // prompt_end is out; the run is storing its last events
 	handoff    bool       // the run stops, to be resumed by another replica
+	fenced     bool       // the run's lease was lost: it stops without a word more (fencing.go)
 	lastUsed   time.Time  // this replica's copy was last looked up (shared store)
 
 	// The running prompt.
@@ -385,6 +386,7 @@ func (s *Session) persistLocked(ctx context.Context, promptID string, msg provid
 	idx, err := s.m.opts.History.Append(context.WithoutCancel(ctx), s.id, e)
 	if err != nil {
 		if s.m.opts.Shared != nil {
+			s.fenceOnLocked(err)
 			err = unavailable("persist history", err)
 		}
 		return 0, fmt.Errorf("persist history: %w", err)
@@ -440,6 +442,16 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	stopLease()
 
 	s.mu.Lock()
+	if s.fenced {
+		// Another replica ends or resumes the prompt from the stored log.
+		s.mu.Unlock()
+		s.leftFenced()
+		s.mu.Lock()
+		s.endFencedLocked()
+		close(s.runDone)
+		s.mu.Unlock()
+		return
+	}
 	if s.handoff {
 		// Handed to the other replicas: no prompt_end, the run record stays.
 		s.handoff = false
@@ -466,7 +478,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	shared := s.m.opts.Shared != nil
 	if shared {
 		// Frees the prompt's place among its tenant's too.
-		s.finishSharedLocked(promptID)
+		s.finishSharedLocked(promptID, outcome, errText)
 	} else {
 		// Before prompt_end: a client that saw it may start another.
 		s.m.prompts.put(s.tenant)
@@ -479,6 +491,10 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		s.releaseAfterFlush(promptID)
 		s.mu.Lock()
 		s.ending = false
+	}
+	if s.fenced {
+		// Lost while its last events were being stored.
+		s.endFencedLocked()
 	}
 	s.running, s.cancelRun, s.promptID = false, nil, ""
 	if shared {

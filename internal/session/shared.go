@@ -125,6 +125,9 @@ type Shared interface {
 	// Serve sets the handler of control messages sent to this replica. Each
 	// message is handled in a goroutine of its own.
 	Serve(h func(ctx context.Context, c Control) Reply)
+	// WatchEvents sets the functions told what becomes of the events
+	// AppendEvent queued.
+	WatchEvents(w EventWatch)
 }
 
 // StartResult is what Shared.Start did.
@@ -137,6 +140,10 @@ type StartResult struct {
 	// its limit; nothing was taken.
 	Limited bool
 	Prompts int
+	// Epoch is the lease's fencing token (when Started): every write of
+	// the prompt carries it, and the store refuses it (ErrFenced) once the
+	// lease is another's.
+	Epoch uint64
 }
 
 // CreateResult is what Shared.Create did.
@@ -208,8 +215,12 @@ type Run struct {
 	// the session's (nil: the session's).
 	Params *provider.Params `json:"params,omitempty"`
 	// Ending: the prompt has ended (its prompt_end is going out); the
-	// holder is about to release the lease.
-	Ending bool `json:"ending,omitempty"`
+	// holder is about to release the lease. Outcome and Error are its
+	// prompt_end's: a replica that takes over a run lost while ending
+	// stores that prompt_end when the stored log lacks it.
+	Ending  bool   `json:"ending,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Control is a call one replica makes to the owner of a session.
@@ -246,3 +257,23 @@ const (
 	ReplyNotOwner   = "not_owner"
 	ReplyOther      = "other"
 )
+
+// ErrFenced: the store refused a write of a prompt because the session's
+// lease is no longer this replica's (it expired, or another replica took
+// the prompt over). Nothing of the write was stored.
+var ErrFenced = errors.New("the session's lease is no longer this replica's: write refused")
+
+// ErrEventsLost: events of a prompt could not be stored because the stored
+// stream lost the ones before them (a failover dropped writes its replicas
+// never had). Nothing of them was stored.
+var ErrEventsLost = errors.New("the stored event stream lost events")
+
+// EventWatch is told what becomes of the events Shared.AppendEvent queued:
+// Stored when a session's events up to seq are stored, Lost when its
+// queued events will never be (err is ErrFenced, ErrEventsLost, or the
+// writer's queue overflowed), stored being the newest seq the store holds
+// then (0: unknown). They run on the store's writer: they must not block.
+type EventWatch struct {
+	Stored func(id string, seq uint64)
+	Lost   func(id string, stored uint64, err error)
+}

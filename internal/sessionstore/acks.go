@@ -110,14 +110,16 @@ func (r *Redis) ackCreate(ctx context.Context, id, tenant string) error {
 // that many replicas, or ackErr says it is not. n is the script's reply (1:
 // this replica held the lease and ended the run).
 func (r *Redis) endRun(ctx context.Context, id string) (n int64, ackErr, err error) {
-	keys := []string{r.key(id, "lease"), r.key(id, "run")}
+	keys := []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run")}
+	replica, epoch := r.leaseArgs(id)
+	r.fences.drop(id)
 	if r.o.MinReplicaAcks <= 0 {
-		n, err = endRunScript.Run(ctx, r.c, keys, r.id).Int64()
+		n, err = endRunScript.Run(ctx, r.c, keys, replica, epoch).Int64()
 		return n, nil, err
 	}
 	var end *redis.Cmd
 	werr := r.replicated(ctx, keys[0], func(pipe redis.Pipeliner) {
-		end = endRunScript.Eval(ctx, pipe, keys, r.id)
+		end = endRunScript.Eval(ctx, pipe, keys, replica, epoch)
 	})
 	if end == nil {
 		return 0, nil, werr // no node to run it on

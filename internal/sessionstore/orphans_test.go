@@ -1,6 +1,7 @@
 package sessionstore
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,9 @@ func TestWritesRacingRemoveLeaveNoKeyWithoutTTL(t *testing.T) {
 					case 5:
 						_, _, err = writer.Acquire(ctx, id, time.Second)
 					}
-					if err != nil {
+					if err != nil && !errors.Is(err, session.ErrFenced) {
+						// Refused is fine: the lease Acquire took went
+						// with the session, and nothing was written.
 						t.Error(err)
 						return
 					}
@@ -66,7 +69,9 @@ func TestWritesRacingRemoveLeaveNoKeyWithoutTTL(t *testing.T) {
 		must(t, remover.Remove(ctx, id, "acme"))
 		removed.Store(true)
 		wg.Wait()
-		must(t, writer.Flush(ctx, id))
+		if err := writer.Flush(ctx, id); err != nil && !errors.Is(err, session.ErrFenced) && !errors.Is(err, session.ErrEventsLost) {
+			t.Fatal(err)
+		}
 
 		keys, err := c.Keys(ctx, "t:{"+id+"}:*").Result()
 		must(t, err)

@@ -11,6 +11,7 @@
 //	<prefix>{<id>}:stripped  SET     history indexes that left the runtime context (Strip)
 //	<prefix>{<id>}:events    STREAM  entry id <seq>-0, field e = JSON of session.Event; MAXLEN ~ Options.EventBuffer
 //	<prefix>{<id>}:lease     STRING  id of the replica holding the session (SET NX PX); TTL = the lease
+//	<prefix>{<id>}:epoch     STRING  INCR counter: the lease's epoch, its fencing token (see fence.go)
 //	<prefix>{<id>}:run       STRING  JSON of session.Run, the durable state of the running prompt
 //	<prefix>{<id>}:notify    channel "<replica id>" after each batch of events that replica wrote, "deleted" on Remove
 //	<prefix>sessions:order   STRING  INCR counter: the sessions' Order
@@ -119,7 +120,8 @@ type Redis struct {
 	log *slog.Logger
 	id  string
 
-	w *writer
+	w      *writer
+	fences fences
 
 	// Pub/sub: one connection for the control channel and every followed
 	// notify channel.
@@ -287,20 +289,27 @@ func wrap(what string, err error) error {
 
 // Lua scripts: each is one atomic step on one key.
 var (
-	// KEYS[1] lease, ARGV[1] replica, ARGV[2] ttl ms → {1, replica} when
-	// taken, {0, holder} when another holds it.
+	// KEYS[1] lease, [2] epoch, [3] meta; ARGV[1] replica, [2] ttl ms →
+	// {1, replica, epoch} when taken (the epoch incremented), {0, holder}
+	// when another holds it. The epoch of a session without a record gets
+	// orphanTTL (ARGV[3]).
 	acquireScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, ARGV[1]}
+  local ep = redis.call('INCR', KEYS[2])
+  if redis.call('HEXISTS', KEYS[3], 'record') == 0 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+  return {1, ARGV[1], ep}
 end
 return {0, redis.call('GET', KEYS[1]) or ''}
 `)
-	// KEYS[1] lease, [2] run, [3] meta, [4] history, [5] events; ARGV[1]
-	// replica, [2] ttl ms, [3] run JSON, [4] the entry to append ("": none)
-	// → {-1} when the session has no record (nothing changes), {0, holder}
-	// when another replica holds the lease, else {1, record, mutable,
-	// history length before the entry, newest event id} with the lease
-	// taken, the run stored and the entry appended.
+	// KEYS[1] lease, [2] run, [3] meta, [4] history, [5] events, [6]
+	// epoch; ARGV[1] replica, [2] ttl ms, [3] run JSON, [4] the entry to
+	// append ("": none) → {-1} when the session has no record (nothing
+	// changes), {0, holder} when another replica holds the lease, else {1,
+	// record, mutable, history length before the entry, newest event id,
+	// epoch} with the lease taken (its epoch incremented), the run stored
+	// and the entry appended.
 	startScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[3], 'record') == 0 then
   return {-1}
@@ -308,6 +317,7 @@ end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('GET', KEYS[1]) or ''}
 end
+local ep = redis.call('INCR', KEYS[6])
 redis.call('SET', KEYS[2], ARGV[3])
 local m = redis.call('HMGET', KEYS[3], 'record', 'mutable')
 local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
@@ -315,7 +325,7 @@ local lastID = ''
 if #last > 0 then lastID = last[1][1] end
 local n = redis.call('LLEN', KEYS[4])
 if ARGV[4] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[4]) end
-return {1, m[1], m[2] or '', n, lastID}
+return {1, m[1], m[2] or '', n, lastID, ep}
 `)
 	// KEYS[1] history, ARGV[1] index → 1 when the entry at index was the
 	// last and is gone.
@@ -326,25 +336,28 @@ if redis.call('LLEN', KEYS[1]) == tonumber(ARGV[1]) + 1 then
 end
 return 0
 `)
-	// KEYS[1] lease, ARGV[1] replica, ARGV[2] ttl ms → 1 when extended.
+	// The lease's own scripts check its epoch as the writes do: KEYS[1]
+	// lease, [2] epoch; ARGV[1] replica, [2] epoch ("": any).
+	//
+	// renewScript: ARGV[3] ttl ms → 1 when extended.
 	renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', KEYS[1]) == ARGV[1] and (ARGV[2] == '' or redis.call('GET', KEYS[2]) == ARGV[2]) then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 return 0
 `)
-	// KEYS[1] lease, ARGV[1] replica → 1 when dropped.
+	// releaseScript → 1 when dropped.
 	releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.call('GET', KEYS[1]) == ARGV[1] and (ARGV[2] == '' or redis.call('GET', KEYS[2]) == ARGV[2]) then
   return redis.call('DEL', KEYS[1])
 end
 return 0
 `)
-	// KEYS[1] lease, KEYS[2] run, ARGV[1] replica → 1 when the replica
-	// held the lease and both keys are gone.
+	// endRunScript: KEYS[3] run → 1 when the replica held the lease and
+	// both the lease and the run are gone.
 	endRunScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[2], KEYS[1])
+if redis.call('GET', KEYS[1]) == ARGV[1] and (ARGV[2] == '' or redis.call('GET', KEYS[2]) == ARGV[2]) then
+  redis.call('DEL', KEYS[3], KEYS[1])
   return 1
 end
 return 0
@@ -394,16 +407,6 @@ if ARGV[2] ~= '' and redis.call('LLEN', KEYS[3]) == tonumber(ARGV[2]) + 1 then
   redis.call('RPOP', KEYS[3])
 end
 return 1
-`)
-	// KEYS[1] meta, ARGV[1] mutable JSON → 1 when written, 0 when the
-	// session does not exist (a Save racing a Remove must not leave a
-	// record-less meta behind).
-	saveScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], 'record') == 1 then
-  redis.call('HSET', KEYS[1], 'mutable', ARGV[1])
-  return 1
-end
-return 0
 `)
 )
 
@@ -625,8 +628,8 @@ func (r *Redis) Save(ctx context.Context, id string, m session.Mutable) error {
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	if err := saveScript.Run(ctx, r.c, []string{r.key(id, "meta")}, data).Err(); err != nil {
-		return wrap("save "+id, err)
+	if err := saveScript.Run(ctx, r.c, r.fencedKeys(id), r.fencedArgs(id, data)...).Err(); err != nil {
+		return wrap("save "+id, r.fenced(id, err))
 	}
 	return nil
 }
@@ -637,11 +640,12 @@ func (r *Redis) Save(ctx context.Context, id string, m session.Mutable) error {
 // this replica's writer are dropped.
 func (r *Redis) Remove(ctx context.Context, id, tenant string) error {
 	r.w.forget(id)
+	r.fences.drop(id)
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	pipe := r.c.Pipeline()
 	pipe.Del(ctx, r.key(id, "meta"), r.key(id, "history"), r.key(id, "stripped"),
-		r.key(id, "events"), r.key(id, "lease"), r.key(id, "run"))
+		r.key(id, "events"), r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run"))
 	pipe.SRem(ctx, r.runningKey(), id)
 	pipe.ZRem(ctx, r.tenantKey(tenant), id)
 	pipe.Publish(ctx, r.notifyChannel(id), deletedPayload)
@@ -663,15 +667,11 @@ func (r *Redis) Append(ctx context.Context, sessionID string, e session.Entry) (
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	var push *redis.IntCmd
-	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
-		push = pipe.RPush(ctx, r.key(sessionID, "history"), data)
-		r.guard(run, sessionID, "history")
-	})
+	n, err := appendScript.Run(ctx, r.c, r.fencedKeys(sessionID, "history"), r.fencedArgs(sessionID, data)...).Int64()
 	if err != nil {
-		return 0, wrap("append to "+sessionID, err)
+		return 0, wrap("append to "+sessionID, r.fenced(sessionID, err))
 	}
-	return push.Val() - 1, nil
+	return n - 1, nil
 }
 
 // List implements session.History.
@@ -719,11 +719,8 @@ func (r *Redis) Delete(ctx context.Context, sessionID string) error {
 func (r *Redis) Strip(ctx context.Context, id string, index int64) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	if err := r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
-		pipe.SAdd(ctx, r.key(id, "stripped"), index)
-		r.guard(run, id, "stripped")
-	}); err != nil {
-		return wrap("strip "+id, err)
+	if err := stripScript.Run(ctx, r.c, r.fencedKeys(id, "stripped"), r.fencedArgs(id, index)...).Err(); err != nil {
+		return wrap("strip "+id, r.fenced(id, err))
 	}
 	return nil
 }
@@ -761,15 +758,20 @@ func ttlMs(ttl time.Duration) int64 {
 func (r *Redis) Acquire(ctx context.Context, id string, ttl time.Duration) (bool, string, error) {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, r.c, []string{r.key(id, "lease")}, r.id, ttlMs(ttl)).Slice()
+	res, err := acquireScript.Run(ctx, r.c, []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "meta")},
+		r.id, ttlMs(ttl), orphanTTL.Milliseconds()).Slice()
 	if err != nil {
 		return false, "", wrap("acquire "+id, err)
 	}
-	if len(res) != 2 {
+	ok, _ := firstInt(res)
+	if (ok == 1 && len(res) != 3) || (ok != 1 && len(res) != 2) {
 		return false, "", fmt.Errorf("sessionstore: acquire %s: unexpected reply %v", id, res)
 	}
-	ok, _ := res[0].(int64)
 	holder, _ := res[1].(string)
+	if ok == 1 {
+		epoch, _ := res[2].(int64)
+		r.fences.hold(id, epoch)
+	}
 	return ok == 1, holder, nil
 }
 
@@ -801,7 +803,7 @@ func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run ses
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	keys := []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "meta"), r.key(id, "history"), r.key(id, "events")}
+	keys := []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "meta"), r.key(id, "history"), r.key(id, "events"), r.key(id, "epoch")}
 	var script, slotted *scriptCall
 	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
 		if slot.Tenant != "" {
@@ -853,15 +855,17 @@ func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run ses
 // startResult decodes startScript's reply; err is the pipeline's.
 func (r *Redis) startResult(id string, cmd *redis.Cmd, err error) (session.StartResult, error) {
 	reply, cerr := cmd.Slice()
-	if status, _ := firstInt(reply); cerr == nil && status == 1 && len(reply) == 5 {
+	if status, _ := firstInt(reply); cerr == nil && status == 1 && len(reply) == 6 {
 		// Started, whatever else failed: Start takes it back then.
 		raw, _ := reply[1].(string)
 		mutable, _ := reply[2].(string)
 		count, _ := reply[3].(int64)
 		lastID, _ := reply[4].(string)
+		epoch, _ := reply[5].(int64)
+		r.fences.hold(id, epoch)
 		rec, derr := decodeRecord(id, raw, mutable, count, lastID)
 		rec.MessageCount = int(count)
-		res := session.StartResult{Found: true, Started: true, Holder: r.id, Record: rec}
+		res := session.StartResult{Found: true, Started: true, Holder: r.id, Record: rec, Epoch: uint64(epoch)}
 		if derr != nil {
 			return res, wrap("start "+id, derr)
 		}
@@ -902,6 +906,7 @@ func (r *Redis) unstart(ctx context.Context, id string, count int, appended bool
 	if appended {
 		index = strconv.Itoa(count)
 	}
+	r.fences.drop(id)
 	return r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
 		run(unstartScript, []string{r.key(id, "lease"), r.key(id, "run"), r.key(id, "history")}, r.id, index)
 		pipe.SRem(ctx, r.runningKey(), id)
@@ -925,7 +930,8 @@ func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration, slot se
 	defer cancel()
 	var renew *scriptCall
 	err := r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
-		renew = run(renewScript, []string{r.key(id, "lease")}, r.id, ttlMs(ttl))
+		replica, epoch := r.leaseArgs(id)
+		renew = run(renewScript, []string{r.key(id, "lease"), r.key(id, "epoch")}, replica, epoch, ttlMs(ttl))
 		if slot.Tenant != "" {
 			run(slotScript, []string{r.promptsKey(slot.Tenant)}, slot.PromptID, ttlMs(ttl), 0)
 		}
@@ -936,6 +942,9 @@ func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration, slot se
 	n, err := renew.cmd.Int64()
 	if err != nil {
 		return false, wrap("renew "+id, err)
+	}
+	if n != 1 {
+		r.fences.lose(id)
 	}
 	return n == 1, nil
 }
@@ -954,7 +963,10 @@ func (r *Redis) Occupy(ctx context.Context, slot session.PromptSlot, ttl time.Du
 func (r *Redis) Release(ctx context.Context, id string) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	if err := releaseScript.Run(ctx, r.c, []string{r.key(id, "lease")}, r.id).Err(); err != nil {
+	replica, epoch := r.leaseArgs(id)
+	r.fences.drop(id)
+	r.w.forget(id)
+	if err := releaseScript.Run(ctx, r.c, []string{r.key(id, "lease"), r.key(id, "epoch")}, replica, epoch).Err(); err != nil {
 		return wrap("release "+id, err)
 	}
 	return nil
@@ -985,11 +997,10 @@ func (r *Redis) SaveRun(ctx context.Context, id string, run session.Run) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	if err := r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
-		pipe.Set(ctx, r.key(id, "run"), data, 0)
-		r.guard(run, id, "run")
+		run(setRunScript, r.fencedKeys(id, "run"), r.fencedArgs(id, data)...)
 		pipe.SAdd(ctx, r.runningKey(), id)
 	}); err != nil {
-		return wrap("save run of "+id, err)
+		return wrap("save run of "+id, r.fenced(id, err))
 	}
 	return nil
 }
@@ -1020,15 +1031,13 @@ func (r *Redis) Finish(ctx context.Context, id string, m session.Mutable, run se
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	err = r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
-		run(saveScript, []string{r.key(id, "meta")}, mdata)
-		pipe.Set(ctx, r.key(id, "run"), rdata, 0)
-		r.guard(run, id, "run")
+		run(finishScript, r.fencedKeys(id, "run"), r.fencedArgs(id, mdata, rdata)...)
 		if slot.Tenant != "" {
 			pipe.ZRem(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
 		}
 	})
 	if err != nil {
-		return wrap("finish "+id, err)
+		return wrap("finish "+id, r.fenced(id, err))
 	}
 	return nil
 }

@@ -520,8 +520,8 @@ func TestEvents(t *testing.T) {
 		t.Fatalf("LastSeq of nothing = %d, %v", n, err)
 	}
 
-	// A seq another replica wrote already is refused and logged, not an
-	// error; the newer one is stored.
+	// A seq stored already is skipped (a batch written again after its
+	// reply was lost), not an error; the newer one is stored.
 	dup := event(5)
 	dup.TextDelta = "dup"
 	b.AppendEvent("e1", dup)
@@ -531,9 +531,6 @@ func TestEvents(t *testing.T) {
 	must(t, err)
 	if len(all) != 11 || all[4].TextDelta != "d5" || all[10].Seq != 11 {
 		t.Fatalf("after the duplicate: %v, event 5 %q", seqs(all), all[4].TextDelta)
-	}
-	if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "session=e1 seq=5") {
-		t.Fatalf("the duplicate was not logged: %s", l)
 	}
 
 	// Approximate trimming: a few hundred events in a stream of about 10.
@@ -599,8 +596,8 @@ func TestEventsConcurrent(t *testing.T) {
 	wg.Wait()
 	s.w.mu.Lock()
 	defer s.w.mu.Unlock()
-	if len(s.w.pending) != 0 || s.w.done != s.w.queued {
-		t.Fatalf("writer left %d pending sessions, done %d of %d", len(s.w.pending), s.w.done, s.w.queued)
+	if len(s.w.pending) != 0 || len(s.w.queue) != 0 {
+		t.Fatalf("writer left %d pending sessions, %d queued events", len(s.w.pending), len(s.w.queue))
 	}
 }
 
@@ -817,7 +814,8 @@ func TestCall(t *testing.T) {
 	}
 }
 
-// The writer's queue stays bounded; what it dropped is Flush's error.
+// The writer's queue stays bounded; what it dropped is Flush's error, and
+// what it kept is written once Redis is back.
 func TestQueueBound(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, newClient(t, srv.Addr(), 200*time.Millisecond), Options{Timeout: 200 * time.Millisecond, maxQueue: 10})
@@ -835,8 +833,10 @@ func TestQueueBound(t *testing.T) {
 	if err := s.Flush(ctx, "q"); err == nil {
 		t.Fatal("Flush with Redis down = nil")
 	}
-	if err := s.Flush(ctx, "q"); err != nil {
-		t.Fatalf("second Flush = %v: the error is reported once", err)
+	srv.Start()
+	waitFor(t, "the kept events stored", func() bool { return s.Flush(ctx, "q") == nil })
+	if n, err := s.LastSeq(ctx, "q"); n != 1000 || err != nil {
+		t.Fatalf("LastSeq once Redis is back = %d, %v; want 1000 (the newest events kept)", n, err)
 	}
 }
 

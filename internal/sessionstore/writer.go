@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,23 +24,30 @@ var errDropped = errors.New("sessionstore: events dropped before they were writt
 // takes everything queued (up to maxBatch) and writes it in one pipeline,
 // while new events accumulate for the next one.
 //
-// Every queued event gets a number n (1, 2, …). done is the highest n
-// such that every event numbered up to n has been written or given up;
-// Flush waits for done to reach the number of the session's latest event.
+// Each session's events are written in seq order by one fenced script
+// (eventsScript) per session and batch. What becomes of them is told to the
+// session.EventWatch: stored, or lost for good (the lease is another's, or
+// the stream lost events before them). Events whose write failed otherwise
+// (Redis unreachable, a failover under way) go back to the front of the
+// queue and are written again after a pause: the script skips those already
+// stored, so a batch whose reply was lost is not written twice.
+//
+// Every queued event gets a number n (1, 2, …); a session's pending.done
+// is the number of its latest event written or given up (its events are
+// handled in order), which Flush waits for.
 type writer struct {
 	r *Redis
 
 	mu       sync.Mutex
 	queue    []item
 	queued   uint64 // number of the latest queued event
-	done     uint64
-	inflight bool
-	inStart  uint64 // number of the first event of the batch in flight
 	pending  map[string]*pending
-	changed  chan struct{} // closed (and replaced) when done moves
+	changed  chan struct{} // closed (and replaced) when a session's done moves
 	closing  bool
 	dropped  int // events dropped since the last warning
 	warnedAt time.Time
+	lost     map[string]error // sessions whose events were dropped, to tell the watch
+	watch    atomic.Pointer[session.EventWatch]
 
 	wake   chan struct{}
 	ctx    context.Context // cancelled when Close gives up draining
@@ -53,12 +61,20 @@ type item struct {
 	e  session.Event
 }
 
-// pending is what Flush needs of a session: its latest queued event's
-// number, and an error of a batch of its events not yet reported.
+// pending is what Flush needs of a session: the numbers of its latest
+// queued event and of its latest one handled, and an error of its events
+// not yet reported.
 type pending struct {
 	last uint64
+	done uint64
 	err  error
 }
+
+// Pauses between the retries of events whose write failed.
+const (
+	retryPauseMin = 10 * time.Millisecond
+	retryPauseMax = 500 * time.Millisecond
+)
 
 func newWriter(r *Redis) *writer {
 	w := &writer{r: r, pending: map[string]*pending{}, changed: make(chan struct{}),
@@ -67,9 +83,13 @@ func newWriter(r *Redis) *writer {
 	return w
 }
 
+// WatchEvents implements session.Shared.
+func (r *Redis) WatchEvents(w session.EventWatch) { r.w.watch.Store(&w) }
+
 // AppendEvent implements session.Shared: it queues e and wakes the
 // writer, never waiting for Redis. Beyond the queue's bound the oldest
-// events are dropped (logged); after Close events are dropped.
+// events are dropped (their sessions' events are lost: the watch is told);
+// after Close events are dropped.
 func (r *Redis) AppendEvent(id string, e session.Event) {
 	if e.SessionID == "" {
 		e.SessionID = id
@@ -85,7 +105,7 @@ func (r *Redis) AppendEvent(id string, e session.Event) {
 	w.queue = append(w.queue, item{n: w.queued, id: id, e: e})
 	p := w.pending[id]
 	if p == nil {
-		p = &pending{}
+		p = &pending{done: w.queued - 1}
 		w.pending[id] = p
 	}
 	p.last = w.queued
@@ -93,6 +113,10 @@ func (r *Redis) AppendEvent(id string, e session.Event) {
 		w.overflowLocked(over)
 	}
 	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *writer) poke() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -100,18 +124,20 @@ func (r *Redis) AppendEvent(id string, e session.Event) {
 }
 
 // dropLocked drops the n oldest queued events; Flush reports errDropped
-// for their sessions.
+// for their sessions, and the watch hears they are lost.
 func (w *writer) dropLocked(n int) {
 	for _, it := range w.queue[:n] {
-		if p := w.pending[it.id]; p != nil {
-			p.err = errDropped
+		w.handledLocked(it, errDropped)
+		if w.lost == nil {
+			w.lost = map[string]error{}
 		}
+		w.lost[it.id] = errDropped
 	}
 	// Reslice (the next growth of the queue copies only what is live);
 	// clear, so the dropped events are not kept reachable meanwhile.
 	clear(w.queue[:n])
 	w.queue = w.queue[n:]
-	w.advanceLocked()
+	w.changedLocked()
 }
 
 // overflowLocked drops the oldest events beyond the queue's bound, with
@@ -120,40 +146,35 @@ func (w *writer) overflowLocked(n int) {
 	w.dropLocked(n)
 	w.dropped += n
 	if time.Since(w.warnedAt) >= 10*time.Second {
-		w.r.log.Warn("session store: event queue full (Redis slow or down): oldest events dropped, they stay in their owner's memory",
+		w.r.log.Warn("session store: event queue full (Redis slow or down): oldest events dropped",
 			"dropped", w.dropped, "queue", len(w.queue))
 		w.dropped, w.warnedAt = 0, time.Now()
 	}
 }
 
-// advanceLocked moves done to what the queue and the batch in flight
-// allow, and wakes the Flush calls waiting.
-func (w *writer) advanceLocked() {
-	d := w.queued
-	if len(w.queue) > 0 {
-		d = w.queue[0].n - 1
+// handledLocked records that it was written or given up (err).
+func (w *writer) handledLocked(it item, err error) {
+	p := w.pending[it.id]
+	if p == nil {
+		return
 	}
-	if w.inflight {
-		d = min(d, w.inStart-1)
+	p.done = max(p.done, it.n)
+	if err != nil && p.err == nil {
+		p.err = err
 	}
-	if d > w.done {
-		w.done = d
-		close(w.changed)
-		w.changed = make(chan struct{})
+	if p.done >= p.last && p.err == nil {
+		delete(w.pending, it.id)
 	}
 }
 
-// cleanLocked drops the pending entries of ids that have nothing queued
-// nor an error to report.
-func (w *writer) cleanLocked(ids map[string]error) {
-	for id := range ids {
-		if p := w.pending[id]; p != nil && p.last <= w.done && p.err == nil {
-			delete(w.pending, id)
-		}
-	}
+// changedLocked wakes the Flush calls waiting.
+func (w *writer) changedLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
 }
 
-// forget drops the queued events of a removed session.
+// forget drops the queued events of a session that was removed, or whose
+// prompt this replica gave up.
 func (w *writer) forget(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -166,13 +187,18 @@ func (w *writer) forget(id string) {
 	clear(w.queue[len(kept):])
 	w.queue = kept
 	delete(w.pending, id)
-	w.advanceLocked()
+	delete(w.lost, id)
+	w.changedLocked()
 }
 
 // Flush implements session.Shared: it waits until every event queued for
 // id before the call has been written or given up, and returns the error
-// of a batch of them that failed (each error is reported once).
+// of those given up (each error is reported once). It waits at most
+// Options.Timeout (when ctx has no tighter deadline): events not stored
+// by then stay queued, and the error says so.
 func (r *Redis) Flush(ctx context.Context, id string) error {
+	ctx, cancel := r.op(ctx)
+	defer cancel()
 	w := r.w
 	w.mu.Lock()
 	p := w.pending[id]
@@ -181,19 +207,23 @@ func (r *Redis) Flush(ctx context.Context, id string) error {
 		return nil
 	}
 	target := p.last
-	for w.done < target {
+	for p.done < target {
 		ch := w.changed
 		w.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("sessionstore: flush %s: %w", id, ctx.Err())
+			return fmt.Errorf("sessionstore: flush %s: events not stored yet: %w", id, ctx.Err())
 		}
 		w.mu.Lock()
+		if w.pending[id] != p {
+			// Handled and dropped, or forgotten.
+			break
+		}
 	}
 	err := p.err
 	p.err = nil
-	if w.pending[id] == p && p.last <= w.done {
+	if w.pending[id] == p && p.done >= p.last {
 		delete(w.pending, id)
 	}
 	w.mu.Unlock()
@@ -206,12 +236,22 @@ func (r *Redis) Flush(ctx context.Context, id string) error {
 // run is the writer goroutine.
 func (w *writer) run() {
 	defer close(w.exited)
+	pause := time.Duration(0)
 	for {
 		w.mu.Lock()
-		for len(w.queue) == 0 && !w.closing {
+		for len(w.queue) == 0 && len(w.lost) == 0 && !w.closing {
 			w.mu.Unlock()
 			<-w.wake
 			w.mu.Lock()
+		}
+		lost := w.lost
+		w.lost = nil
+		if len(lost) > 0 {
+			w.mu.Unlock()
+			for id, err := range lost {
+				w.tellLost(id, 0, err)
+			}
+			continue
 		}
 		if len(w.queue) == 0 || w.ctx.Err() != nil {
 			// Closing: nothing left, or Close gave up waiting.
@@ -229,21 +269,36 @@ func (w *writer) run() {
 		} else {
 			w.queue = w.queue[n:]
 		}
-		w.inflight, w.inStart = true, batch[0].n
 		w.mu.Unlock()
 
-		errs := w.write(batch)
+		retry := w.write(batch)
 
 		w.mu.Lock()
-		w.inflight = false
-		for id, err := range errs {
-			if p := w.pending[id]; p != nil && err != nil {
-				p.err = err
-			}
+		if len(retry) > 0 {
+			// Back to the front, in order, for the next batch.
+			w.queue = append(retry, w.queue...)
 		}
-		w.advanceLocked()
-		w.cleanLocked(errs)
+		w.changedLocked()
 		w.mu.Unlock()
+		if len(retry) == 0 {
+			pause = 0
+			continue
+		}
+		pause = min(max(2*pause, retryPauseMin), retryPauseMax)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-w.ctx.Done():
+		}
+		t.Stop()
+	}
+}
+
+// tellLost tells the watch that id's events after stored (0: unknown)
+// will not be stored.
+func (w *writer) tellLost(id string, stored uint64, err error) {
+	if wt := w.watch.Load(); wt != nil && wt.Lost != nil {
+		wt.Lost(id, stored, err)
 	}
 }
 
@@ -268,105 +323,145 @@ func (w *writer) close() {
 	w.cancel()
 }
 
-// write stores one batch in one pipeline: an XADD per event, then a
-// PUBLISH per session. It returns every session of the batch, with the
-// error that kept some of its events out of Redis (nil when none did).
-func (w *writer) write(batch []item) map[string]error {
+// write stores one batch in one pipeline: per session, its events by one
+// fenced script (eventsScript), then a PUBLISH. It returns the events to
+// write again: those of the sessions whose write failed for a reason that
+// may pass.
+func (w *writer) write(batch []item) (retry []item) {
 	r := w.r
 	ctx, cancel := context.WithTimeout(w.ctx, r.o.Timeout)
 	defer cancel()
-	errs := map[string]error{}
-	var order []string
-	pipe := r.c.Pipeline()
-	cmds := make([]*redis.StringCmd, len(batch))
-	for i, it := range batch {
-		if _, seen := errs[it.id]; !seen {
-			errs[it.id] = nil
-			order = append(order, it.id)
-		}
-		data, err := json.Marshal(it.e)
-		if err != nil {
-			r.log.Error("session store: event not encodable", "session", it.id, "seq", it.e.Seq, "err", err)
-			errs[it.id] = err
-			continue
-		}
-		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{
-			Stream: r.key(it.id, "events"),
-			MaxLen: int64(r.o.EventBuffer),
-			Approx: true,
-			ID:     fmt.Sprintf("%d-0", it.e.Seq),
-			Values: []any{"e", data},
-		})
+	// The batch's sessions in order of their first event, each with its
+	// items (in seq order: they were queued so).
+	type run struct {
+		id    string
+		items []item
+		call  *scriptCall
+		pub   *redis.IntCmd
 	}
-	// After a session's XADDs, the guard gives its stream a TTL should its
-	// record be gone (a Remove racing this batch: see guardScript).
-	pubs := make([]*redis.IntCmd, len(order))
-	guards := make([]*redis.Cmd, len(order))
-	for i, id := range order {
-		guards[i] = guardScript.EvalSha(ctx, pipe, r.guardKeys(id, "events"), orphanTTL.Milliseconds())
-		pubs[i] = pipe.Publish(ctx, r.notifyChannel(id), r.id)
+	var runs []*run
+	byID := map[string]*run{}
+	for _, it := range batch {
+		ru := byID[it.id]
+		if ru == nil {
+			ru = &run{id: it.id}
+			byID[it.id] = ru
+			runs = append(runs, ru)
+		}
+		ru.items = append(ru.items, it)
 	}
-	_, _ = pipe.Exec(ctx) // every command carries its own error
-	w.guardAgain(ctx, order, guards)
+	var encodeErr map[string]error
+	_ = r.pipeScripts(ctx, func(pipe redis.Pipeliner, call scriptRunner) {
+		for _, ru := range runs {
+			args := r.fencedArgs(ru.id, int64(r.o.EventBuffer))
+			for _, it := range ru.items {
+				data, err := json.Marshal(it.e)
+				if err != nil {
+					if encodeErr == nil {
+						encodeErr = map[string]error{}
+					}
+					encodeErr[ru.id] = err
+					break
+				}
+				args = append(args, it.e.Seq, data)
+			}
+			if encodeErr[ru.id] != nil {
+				continue
+			}
+			ru.call = call(eventsScript, r.fencedKeys(ru.id, "events"), args...)
+			ru.pub = pipe.Publish(ctx, r.notifyChannel(ru.id), r.id)
+		}
+	}) // every command carries its own error
 
-	failed, sessions := 0, map[string]bool{}
-	var firstErr error
-	for i, cmd := range cmds {
-		if cmd == nil {
-			continue
-		}
-		err := cmd.Err()
-		if err == nil {
-			continue
-		}
-		it := batch[i]
-		if isStaleID(err) {
-			r.log.Warn("session store: event not stored, its seq is not above the stream's newest (another replica wrote it)",
-				"session", it.id, "seq", it.e.Seq)
-			continue
-		}
-		failed++
-		sessions[it.id] = true
-		if firstErr == nil {
-			firstErr = err
-		}
-		if errs[it.id] == nil {
-			errs[it.id] = fmt.Errorf("redis: %w", err)
-		}
+	type outcome struct {
+		id     string
+		stored uint64
+		err    error // nil: stored up to stored
 	}
-	if failed > 0 {
-		r.log.Error("session store: events not stored (they stay in their owner's memory)",
-			"events", failed, "sessions", len(sessions), "err", firstErr)
-	} else {
-		for i, cmd := range pubs {
-			if err := cmd.Err(); err != nil {
-				r.log.Warn("session store: followers not notified", "session", order[i], "err", err)
+	var told []outcome
+	failed := 0
+	var firstErr error
+	w.mu.Lock()
+	for _, ru := range runs {
+		var err error
+		var stored uint64
+		switch {
+		case encodeErr[ru.id] != nil:
+			r.log.Error("session store: event not encodable", "session", ru.id, "err", encodeErr[ru.id])
+			err = encodeErr[ru.id]
+		default:
+			reply, cerr := ru.call.cmd.Slice()
+			switch {
+			case isFenced(cerr):
+				r.fences.lose(ru.id)
+				err = session.ErrFenced
+			case cerr != nil:
+				failed++
+				if firstErr == nil {
+					firstErr = cerr
+				}
+				retry = append(retry, ru.items...)
+				continue
+			default:
+				status, _ := firstInt(reply)
+				top := int64(0)
+				if len(reply) == 2 {
+					top, _ = reply[1].(int64)
+				}
+				stored = uint64(top)
+				if status != 1 {
+					r.fences.lose(ru.id)
+					err = fmt.Errorf("%w: the stored stream ends at seq %d, before seq %d", session.ErrEventsLost, top, ru.items[0].e.Seq)
+				}
 			}
 		}
+		if _, live := w.pending[ru.id]; !live {
+			continue // forgotten meanwhile
+		}
+		for _, it := range ru.items {
+			w.handledLocked(it, err)
+		}
+		if err != nil {
+			// What is queued of the session is lost too.
+			w.dropSessionLocked(ru.id, err)
+		}
+		told = append(told, outcome{ru.id, stored, err})
 	}
-	return errs
+	w.mu.Unlock()
+	if failed > 0 {
+		r.log.Warn("session store: events not stored yet (written again shortly)",
+			"sessions", failed, "err", firstErr)
+	}
+	wt := w.watch.Load()
+	for _, o := range told {
+		switch {
+		case wt == nil:
+		case o.err == nil && wt.Stored != nil:
+			wt.Stored(o.id, o.stored)
+		case o.err != nil && wt.Lost != nil:
+			wt.Lost(o.id, o.stored, o.err)
+		}
+	}
+	for _, ru := range runs {
+		if ru.pub != nil && ru.pub.Err() != nil && ru.call.cmd.Err() == nil {
+			r.log.Warn("session store: followers not notified", "session", ru.id, "err", ru.pub.Err())
+		}
+	}
+	return retry
 }
 
-// guardAgain runs with its text (EVAL) the guards the server did not have
-// (NOSCRIPT), after the batch's XADDs as they must be.
-func (w *writer) guardAgain(ctx context.Context, order []string, guards []*redis.Cmd) {
-	r := w.r
-	var pipe redis.Pipeliner
-	for i, g := range guards {
-		if !isNoScript(g.Err()) {
+// dropSessionLocked drops what is queued of id, its events lost by err.
+func (w *writer) dropSessionLocked(id string, err error) {
+	kept := w.queue[:0]
+	for _, it := range w.queue {
+		if it.id == id {
+			w.handledLocked(it, err)
 			continue
 		}
-		if pipe == nil {
-			pipe = r.c.Pipeline()
-		}
-		guardScript.Eval(ctx, pipe, r.guardKeys(order[i], "events"), orphanTTL.Milliseconds())
+		kept = append(kept, it)
 	}
-	if pipe == nil {
-		return
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		r.log.Warn("session store: the streams of removed sessions may stay without a TTL", "err", err)
-	}
+	clear(w.queue[len(kept):])
+	w.queue = kept
 }
 
 // isStaleID reports whether XADD refused an id not above the stream's top.
