@@ -1,8 +1,8 @@
 package session_test
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
