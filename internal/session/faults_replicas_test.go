@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,7 +20,13 @@ import (
 // agentd replica builds it.
 func sentinelReplica(t *testing.T, s *redistest.Sentinels, pace sim.Options, lease time.Duration) (*session.Manager, *sessionstore.Redis) {
 	t.Helper()
-	conn, err := redisconn.New(redisconn.Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "test:"})
+	return topologyReplica(t, redisconn.Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "test:"}, pace, lease)
+}
+
+// topologyReplica is a session manager on the Redis topology o names.
+func topologyReplica(t *testing.T, o redisconn.Options, pace sim.Options, lease time.Duration) (*session.Manager, *sessionstore.Redis) {
+	t.Helper()
+	conn, err := redisconn.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,4 +149,137 @@ func TestReplicasPromptAcrossSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkLog(t, stB, id, onA, resumed, onB)
+}
+
+// follower is a client of one prompt: it reads the prompt's events from a
+// replica and, told to resume (its replica lost the lease), drops what it
+// got beyond the resume point and goes on from there on the next replica,
+// until the prompt's prompt_end.
+type follower struct {
+	seen    []session.Event
+	resumes int
+	end     session.Event
+}
+
+func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, promptID string, sub *session.Subscription) error {
+	at := 0
+	for {
+		e, err := sub.Next(ctx)
+		var re *session.ResumeError
+		switch {
+		case errors.As(err, &re):
+			sub.Close()
+			f.resumes++
+			for len(f.seen) > 0 && f.seen[len(f.seen)-1].Seq > re.After {
+				f.seen = f.seen[:len(f.seen)-1]
+			}
+			// The next replica, once the store answers again.
+			for {
+				at = (at + 1) % len(ms)
+				s, gerr := ms[at].Get(ctx, "t", id)
+				if gerr == nil {
+					if sub, gerr = s.Subscribe(ctx, re.After); gerr == nil {
+						break
+					}
+				}
+				if ctx.Err() != nil {
+					return fmt.Errorf("resume after %d: %w", re.After, gerr)
+				}
+				t := time.NewTimer(100 * time.Millisecond)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+			}
+			continue
+		case err != nil:
+			return err
+		}
+		f.seen = append(f.seen, e)
+		if e.Type == session.EventPromptEnd && e.PromptID == promptID {
+			f.end = e
+			sub.Close()
+			return nil
+		}
+	}
+}
+
+// N sessions prompt from two agentd replicas on a 6-node Redis Cluster
+// (some streaming, some waiting in backoff) when the master of the first
+// session's slot is killed. Every prompt ends, exactly once, for its client
+// (which resumes on the other replica when told to); every session's
+// stored log is contiguous from seq 1, holds one prompt_end per prompt and
+// every event its client kept; and each session takes a next prompt.
+func TestReplicasThroughClusterMasterKill(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	o := redisconn.Options{Addrs: cl.Addrs(), Cluster: true, KeyPrefix: "test:"}
+	const lease = 2 * time.Second
+	a, stA := topologyReplica(t, o, sim.Options{TokenDelay: 10 * time.Millisecond}, lease)
+	b, _ := topologyReplica(t, o, sim.Options{TokenDelay: 10 * time.Millisecond}, lease)
+	ms := []*session.Manager{a, b}
+	const n = 8
+	ids := make([]string, n)
+	prompts := make([]string, n)
+	subs := make([]*session.Subscription, n)
+	for i := range n {
+		m := ms[i%2]
+		s, err := m.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := "stream [[tokens: 300]]"
+		if i%4 >= 2 {
+			text = "[[faults: 503:retry-after=2,ok]] retry then stream [[tokens: 50]]"
+		}
+		ids[i] = s.ID()
+		if prompts[i], subs[i], err = s.Prompt(ctx, text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs := make([]*follower, n)
+	errs := make(chan error, n)
+	for i := range n {
+		fs[i] = &follower{}
+		go func() {
+			errs <- fs[i].follow(ctx, []*session.Manager{ms[i%2], ms[(i+1)%2]}, ids[i], prompts[i], subs[i])
+		}()
+	}
+	old, err := cl.MasterOf(ctx, "test:{"+ids[0]+"}:meta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	cl.Kill(old)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("every prompt ended %v after the kill", time.Since(killed).Round(time.Millisecond))
+	cl.WaitFailover(ctx, "test:{"+ids[0]+"}:meta", old)
+	outcomes := map[string]int{}
+	resumed := 0
+	for i, f := range fs {
+		outcomes[f.end.Outcome]++
+		resumed += f.resumes
+		// Each session goes on: a next prompt completes.
+		redistest.Eventually(ctx, t, "a next prompt of "+ids[i], func(ctx context.Context) (bool, error) {
+			s, err := ms[i%2].Get(ctx, "t", ids[i])
+			if err != nil {
+				return false, err
+			}
+			_, sub, err := s.Prompt(ctx, "again")
+			if err != nil {
+				return false, err
+			}
+			defer sub.Close()
+			evs := until(t, sub, session.EventPromptEnd)
+			f.seen = append(f.seen, evs...)
+			return last(evs).Outcome == session.OutcomeCompleted, nil
+		})
+		checkLog(t, stA, ids[i], f.seen)
+	}
+	t.Logf("prompts through the fault: %v; %d readers told to resume elsewhere", outcomes, resumed)
 }
