@@ -246,10 +246,28 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 			errs <- fs[i].follow(ctx, []*session.Manager{ms[i%2], ms[(i+1)%2]}, ids[i], prompts[i], subs[i])
 		}()
 	}
+	// The master to kill: one holding a streaming session and one in
+	// backoff, when the sessions' slots allow (they mostly do).
+	kinds := map[*redistest.Server][2]int{}
+	for i, id := range ids {
+		m, err := cl.MasterOf(ctx, "test:{"+id+"}:meta")
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := kinds[m]
+		k[(i%4)/2]++
+		kinds[m] = k
+	}
 	old, err := cl.MasterOf(ctx, "test:{"+ids[0]+"}:meta")
 	if err != nil {
 		t.Fatal(err)
 	}
+	for m, k := range kinds {
+		if k[0] > 0 && k[1] > 0 {
+			old = m
+		}
+	}
+	t.Logf("killing %s: %d streaming sessions and %d in backoff on it", old.Addr(), kinds[old][0], kinds[old][1])
 	killed := time.Now()
 	cl.Kill(old)
 	for range n {
@@ -258,7 +276,12 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 		}
 	}
 	t.Logf("every prompt ended %v after the kill", time.Since(killed).Round(time.Millisecond))
-	cl.WaitFailover(ctx, "test:{"+ids[0]+"}:meta", old)
+	for _, id := range ids {
+		if m, _ := cl.MasterOf(ctx, "test:{"+id+"}:meta"); m == old {
+			cl.WaitFailover(ctx, "test:{"+id+"}:meta", old)
+			break
+		}
+	}
 	outcomes := map[string]int{}
 	resumed := 0
 	for i, f := range fs {
@@ -282,4 +305,69 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 		checkLog(t, stA, ids[i], f.seen)
 	}
 	t.Logf("prompts through the fault: %v; %d readers told to resume elsewhere", outcomes, resumed)
+}
+
+// A single Redis restarted empty (no persistence) while one session
+// streams and another waits in backoff: both owners find their leases gone
+// and stop without a word more, their readers are told where to resume, and
+// resuming finds the sessions gone (NOT_FOUND), not a hang; new sessions
+// work on both replicas at once.
+func TestReplicasRedisRestartedEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{TokenDelay: 10 * time.Millisecond}, time.Second)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	streaming, err := a.m.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := b.m.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, onA, err := streaming.Prompt(ctx, "a long answer [[tokens: 2000]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onA.Close()
+	_, onB, err := waiting.Prompt(ctx, "[[faults: 503:retry-after=30,ok]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onB.Close()
+	until(t, onA, session.EventMessageUpdate)
+	until(t, onB, session.EventAutoRetryStart)
+	srv.Kill()
+	srv.Start()
+	for _, c := range []struct {
+		m   *session.Manager
+		id  string
+		sub *session.Subscription
+	}{{a.m, streaming.ID(), onA}, {b.m, waiting.ID(), onB}} {
+		seen, resume := untilResume(t, c.sub)
+		if only(seen, session.EventPromptEnd) != nil {
+			t.Fatalf("%s: a prompt_end the store never had: %v", c.id, kinds(seen))
+		}
+		for _, m := range []*session.Manager{a.m, b.m} {
+			_, err := m.Get(ctx, "t", c.id)
+			if !errors.Is(err, session.ErrNotFound) {
+				t.Fatalf("%s: resuming after %d: Get = %v, want not found", c.id, resume.After, err)
+			}
+		}
+	}
+	for _, m := range []*session.Manager{a.m, b.m} {
+		s, err := m.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sub, err := s.Prompt(ctx, "hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := last(until(t, sub, session.EventPromptEnd)); end.Outcome != session.OutcomeCompleted {
+			t.Fatalf("a new session after the restart: %+v", end)
+		}
+		sub.Close()
+	}
 }

@@ -190,10 +190,12 @@ func (m *Manager) forget(s *Session) {
 	s.log.close()
 }
 
+// runsHere reports whether the session's prompt runs on this replica (a
+// fenced one no longer does: another replica ends or resumes it).
 func (s *Session) runsHere() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.running
+	return s.running && !s.fenced
 }
 
 // remoteOwner is the replica running s's prompt when it is another one; ""

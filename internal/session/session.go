@@ -821,6 +821,10 @@ func (s *Session) endChainIfOpen(promptID, outcome, finalError string) {
 // chainEndedLocked reports the end of a retry chain to the observer and
 // the log.
 func (s *Session) chainEndedLocked(outcome string, attempt int, finalError string) {
+	if s.fenced {
+		// The chain goes on, or ends, on the replica taking the prompt over.
+		return
+	}
 	s.m.opts.Observer.ChainEnded(outcome)
 	s.m.log.Info("retry chain ended", "session", s.id, "outcome", outcome, "attempt", attempt,
 		"model", s.model, "credential", s.credential.ID, "final_error", finalError)
