@@ -659,6 +659,9 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		s.emit(e)
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
+	if b := s.m.opts.Budget; b != nil && t.Message.StopReason != provider.StopError && t.Message.StopReason != provider.StopAborted {
+		b.Succeeded(model)
+	}
 	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason}
 	if t.Message.StopReason == provider.StopError {
 		if t.Failure != nil {
