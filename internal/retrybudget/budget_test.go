@@ -191,3 +191,53 @@ func TestRedisDownDecidesLocally(t *testing.T) {
 		t.Fatalf("local levels = %v", l)
 	}
 }
+
+// roundTrips counts the commands a client sends (a script run is one).
+type roundTrips struct{ n atomic.Int64 }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "hello" && name != "client" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// What the budget costs in round trips: none for a successful call, one
+// for a retry (its successes riding along), one per flush however many
+// models and successes it carries, none for a flush with nothing to send.
+func TestRedisRoundTrips(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := newClient(t, srv.Addr())
+	h := &roundTrips{}
+	c.AddHook(h)
+	r := retrybudget.NewRedis(c, a6, retrybudget.RedisOptions{KeyPrefix: "rt:", FlushInterval: time.Hour})
+	t.Cleanup(func() { r.Close(ctx) })
+	r.Retry(ctx, "p/warm") // loads the script (EVALSHA, then EVAL)
+	h.n.Store(0)
+	for range 1000 {
+		r.Succeeded("p/x")
+		r.Succeeded("p/y")
+	}
+	if n := h.n.Load(); n != 0 {
+		t.Fatalf("2000 successful calls cost %d round trips, want 0", n)
+	}
+	if _, err := r.Retry(ctx, "p/x"); err != nil || h.n.Load() != 1 {
+		t.Fatalf("a retry cost %d round trips (%v), want 1", h.n.Load(), err)
+	}
+	if err := r.Flush(ctx); err != nil || h.n.Load() != 2 {
+		t.Fatalf("a flush cost %d round trips (%v), want 1", h.n.Load()-1, err)
+	}
+	if err := r.Flush(ctx); err != nil || h.n.Load() != 2 {
+		t.Fatalf("an empty flush cost a round trip (%v)", err)
+	}
+}
