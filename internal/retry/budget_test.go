@@ -69,3 +69,21 @@ func TestBudgetValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestOverLimitVerdict(t *testing.T) {
+	v := Classify(failure("Request too large for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30,000, Requested 45,411. The input or output tokens must be reduced in order to run successfully.", status(429), code("rate_limit_exceeded"), hdr("retry-after", "1")), testNow)
+	if !v.OverLimit || v.Class != ClassNotRetryable || v.Retryable || v.UsageWindow != 0 || v.Cooldown != 0 ||
+		v.Reason != "request too large for the rate limit: 45,411 tokens requested, the limit is 30,000 — it can never succeed at this limit" {
+		t.Fatalf("verdict = %+v", v)
+	}
+	// A throttle with the same numbers' shape is not over the limit.
+	v = Classify(failure("Rate limit reached for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Used 29937, Requested 385. Please try again in 644ms.", status(429)), testNow)
+	if v.OverLimit || v.Class != ClassTransient {
+		t.Fatalf("throttle verdict = %+v", v)
+	}
+	// Requested within the limit: not this rule (whatever else it is).
+	v = Classify(failure("Request too large for gpt-4o in organization org-abc on tokens per min (TPM): Limit 30000, Requested 300.", status(429)), testNow)
+	if v.OverLimit {
+		t.Fatalf("within the limit: %+v", v)
+	}
+}

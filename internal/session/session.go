@@ -536,8 +536,14 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call in
 			s.emit(Event{Type: EventContextOverflow, PromptID: promptID, ErrorMessage: msg.ErrorMessage})
 		}
 		if !v.Retryable {
-			s.endChainIfOpen(promptID, ChainNotRetryable, msg.ErrorMessage)
-			return OutcomeFailed, msg.ErrorMessage
+			final := msg.ErrorMessage
+			if v.OverLimit {
+				// Says why it is not retried: the provider's wording may
+				// read like a throttle's (docs/retry-policy.md §1.9).
+				final = v.Reason + " (not retried). Original error: " + msg.ErrorMessage
+			}
+			s.endChainIfOpen(promptID, ChainNotRetryable, final)
+			return OutcomeFailed, final
 		}
 		cont, final, by := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback, call)
 		if !cont {
