@@ -170,6 +170,9 @@ type Retry struct {
 	FallbackCooldownMs int64 `yaml:"fallback_cooldown_ms"`
 	// Budget is the retry budget per provider/model (nil: none).
 	Budget *RetryBudget `yaml:"budget"`
+	// OverflowFallback: on a context overflow, move to the next chain model
+	// with a larger catalog context_window.
+	OverflowFallback bool `yaml:"overflow_fallback"`
 }
 
 // RetryBudget is retry.budget (gRFC A6 semantics, see retry.Budget):
@@ -650,6 +653,7 @@ func (c *Config) RetrySettings() (retry.Settings, error) {
 	if r.FallbackRevertPolicy != "" {
 		s.FallbackRevertPolicy = r.FallbackRevertPolicy
 	}
+	s.OverflowFallback = r.OverflowFallback
 	if err := s.Validate(); err != nil {
 		return s, fmt.Errorf("config: %w", err)
 	}

@@ -99,6 +99,16 @@ func TestRetryBudget(t *testing.T) {
 	if b, _ := c.RetryBudget(); b.Enabled() {
 		t.Fatalf("a budget by default: %+v", b)
 	}
+	if s, _ := c.RetrySettings(); s.OverflowFallback {
+		t.Fatal("overflow_fallback on by default")
+	}
+	c, err = Parse(strings.NewReader("retry: {overflow_fallback: true}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := c.RetrySettings(); !s.OverflowFallback {
+		t.Fatal("retry.overflow_fallback not read")
+	}
 }
 
 func TestConfigErrorsNameTheKey(t *testing.T) {

@@ -533,6 +533,12 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call in
 			allowFallback = false
 		}
 		if v.Class == retry.ClassContextOverflow {
+			// retry.overflow_fallback: on to a model with a larger context
+			// window, if the chain has one; the overflow is not retried on
+			// this model.
+			if s.overflowFallback(ctx, promptID, &msg) {
+				continue
+			}
 			s.emit(Event{Type: EventContextOverflow, PromptID: promptID, ErrorMessage: msg.ErrorMessage})
 		}
 		if !v.Retryable {
