@@ -168,6 +168,18 @@ type Retry struct {
 	// wording — 30 s rate limit, 60 s overloaded, 20 s server error, 30 min
 	// quota, 5 min otherwise).
 	FallbackCooldownMs int64 `yaml:"fallback_cooldown_ms"`
+	// Budget is the retry budget per provider/model (nil: none).
+	Budget *RetryBudget `yaml:"budget"`
+	// OverflowFallback: on a context overflow, move to the next chain model
+	// with a larger catalog context_window.
+	OverflowFallback bool `yaml:"overflow_fallback"`
+}
+
+// RetryBudget is retry.budget (gRFC A6 semantics, see retry.Budget):
+// max_tokens is required, token_ratio defaults to 0.1.
+type RetryBudget struct {
+	MaxTokens  int      `yaml:"max_tokens"`
+	TokenRatio *float64 `yaml:"token_ratio"`
 }
 
 // Auth maps bearer tokens to tenants.
@@ -383,7 +395,27 @@ func (c *Config) finish() error {
 	if _, err := c.RetrySettings(); err != nil {
 		return err
 	}
+	if _, err := c.RetryBudget(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// RetryBudget returns retry.budget; the zero Budget (not Enabled) when the
+// file sets none.
+func (c *Config) RetryBudget() (retry.Budget, error) {
+	rb := c.Retry.Budget
+	if rb == nil {
+		return retry.Budget{}, nil
+	}
+	b := retry.Budget{MaxTokens: rb.MaxTokens, TokenRatio: retry.DefaultBudgetRatio}
+	if rb.TokenRatio != nil {
+		b.TokenRatio = *rb.TokenRatio
+	}
+	if err := b.Validate(); err != nil {
+		return retry.Budget{}, fmt.Errorf("config: %w", err)
+	}
+	return b, nil
 }
 
 // SetListen overrides listen.grpc and listen.http (an empty string keeps the
@@ -621,6 +653,7 @@ func (c *Config) RetrySettings() (retry.Settings, error) {
 	if r.FallbackRevertPolicy != "" {
 		s.FallbackRevertPolicy = r.FallbackRevertPolicy
 	}
+	s.OverflowFallback = r.OverflowFallback
 	if err := s.Validate(); err != nil {
 		return s, fmt.Errorf("config: %w", err)
 	}
@@ -686,7 +719,7 @@ var (
 	// sections names the key path of each configuration type.
 	sections = map[string]string{
 		"Config": "", "Listen": "listen.", "Store": "store.", "Redis": "store.redis.",
-		"Retry": "retry.", "Auth": "auth.", "Token": "auth.tokens[].", "Provider": "providers[].",
+		"Retry": "retry.", "RetryBudget": "retry.budget.", "Auth": "auth.", "Token": "auth.tokens[].", "Provider": "providers[].",
 		"Credential": "providers[].credentials[].", "Model": "providers[].models[].",
 		"ModelPrice": "providers[].models[].price.", "Sessions": "sessions.",
 		"Limits": "limits.", "Metrics": "metrics.", "HTTP": "http.", "CORS": "http.cors.",

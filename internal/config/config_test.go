@@ -80,6 +80,37 @@ sessions:
 	}
 }
 
+func TestRetryBudget(t *testing.T) {
+	c, err := Parse(strings.NewReader("retry: {budget: {max_tokens: 100}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.RetryBudget(); b.MaxTokens != 100 || b.TokenRatio != 0.1 || !b.Enabled() {
+		t.Fatalf("budget = %+v", b)
+	}
+	c, err = Parse(strings.NewReader("retry: {budget: {max_tokens: 10, token_ratio: 0.5}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := c.RetryBudget(); b.MaxTokens != 10 || b.TokenRatio != 0.5 {
+		t.Fatalf("budget = %+v", b)
+	}
+	c, _ = Parse(strings.NewReader(""))
+	if b, _ := c.RetryBudget(); b.Enabled() {
+		t.Fatalf("a budget by default: %+v", b)
+	}
+	if s, _ := c.RetrySettings(); s.OverflowFallback {
+		t.Fatal("overflow_fallback on by default")
+	}
+	c, err = Parse(strings.NewReader("retry: {overflow_fallback: true}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := c.RetrySettings(); !s.OverflowFallback {
+		t.Fatal("retry.overflow_fallback not read")
+	}
+}
+
 func TestConfigErrorsNameTheKey(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"bogus: 1", "bogus: unknown key"},
@@ -102,6 +133,9 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"sessions: {event_buffer: 3}", "sessions.event_buffer"},
 		{"listen: {grpc: 0.0.0.0:9090}", "listen.grpc: \"0.0.0.0:9090\" is not a loopback address"},
 		{"listen: {http: ':8080'}", "listen.http"},
+		{"retry: {budget: {token_ratio: 0.1}}", "retry.budget.max_tokens must be in [1, 1000], got 0"},
+		{"retry: {budget: {max_tokens: 10, token_ratio: 0}}", "retry.budget.token_ratio"},
+		{"retry: {budget: {max_tokens: 10, tokens: 3}}", "retry.budget.tokens: unknown key"},
 	} {
 		_, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

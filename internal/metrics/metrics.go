@@ -9,6 +9,7 @@ package metrics
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,7 +44,7 @@ var (
 	// StoreOps are the credential-store operations.
 	StoreOps = []string{"pick", "block", "redeem", "add", "delete", "list"}
 	// RedisComponents are the parts of agentd a Redis round trip serves.
-	RedisComponents = []string{ComponentCredentials, ComponentCooldowns, ComponentSessions, Other}
+	RedisComponents = []string{ComponentCredentials, ComponentCooldowns, ComponentSessions, ComponentBudget, Other}
 )
 
 // Options give the closed label sets that depend on the configuration.
@@ -52,6 +53,8 @@ type Options struct {
 	Models    []string // provider/model references that may appear (configured models, chain entries)
 	Roles     []string // fallback roles (chain keys; "default" is always there)
 	Backends  []string // credential-store backends ("memory", "redis"); with "redis" the Redis round-trip series start at 0
+	// Budget is retry.budget.max_tokens (0: no budget, no budget series).
+	Budget float64
 }
 
 // Metrics holds every collector.
@@ -71,6 +74,8 @@ type Metrics struct {
 	FallbacksSucceeded *prometheus.CounterVec
 	FallbacksReverted  *prometheus.CounterVec
 	ModelsInCooldown   prometheus.Gauge
+	RetryBudgetTokens  *prometheus.GaugeVec
+	RetryBudgetRefused *prometheus.CounterVec
 	ProviderDuration   *prometheus.HistogramVec
 	ProviderTTFT       *prometheus.HistogramVec
 	ProviderErrors     *prometheus.CounterVec
@@ -126,6 +131,12 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Returns to the primary model after its cooldown, by role."}, []string{"role"}),
 		ModelsInCooldown: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "models_in_cooldown",
 			Help: "Models cooling down now (skipped as fallback candidates)."}),
+		RetryBudgetTokens: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "retry_budget_tokens",
+			Help: "Tokens left in the retry budget (retry.budget) of a model, shared by every replica with the Redis store; a retry needs more than half of max_tokens."},
+			[]string{"provider", "model"}),
+		RetryBudgetRefused: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retry_budget_refusals_total",
+			Help: "Retries the retry budget refused (each ended its chain with \"retry budget exhausted\"), by provider and model."},
+			[]string{"provider", "model"}),
 		ProviderDuration: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "provider_request_duration_seconds",
 			Help: "Duration of model calls, from request to the end of the stream, by provider.", Buckets: latency}, []string{"provider"}),
 		ProviderTTFT: f.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "provider_time_to_first_token_seconds",
@@ -172,6 +183,10 @@ func (m *Metrics) initialize() {
 		for _, mod := range models {
 			for _, c := range Classes {
 				m.RetryAttempts.WithLabelValues(p, mod, c)
+			}
+			if m.opts.Budget > 0 && mod != Other && strings.HasPrefix(mod, p+"/") {
+				m.RetryBudgetTokens.WithLabelValues(p, mod).Set(m.opts.Budget)
+				m.RetryBudgetRefused.WithLabelValues(p, mod)
 			}
 		}
 		for _, r := range BlockReasons {
@@ -302,6 +317,34 @@ func (m *Metrics) FallbackReverted(role string) {
 // SubscriberDropped implements session.Observer.
 func (m *Metrics) SubscriberDropped() { m.EventsDropped.Inc() }
 
+// RetryBudget reports a retry budget decision on model (provider/model):
+// the tokens left after it, and whether it refused the retry.
+func (m *Metrics) RetryBudget(provider, model string, tokens float64, refused bool) {
+	p, mod := m.provider(provider), m.model(model)
+	if mod != Other {
+		m.RetryBudgetTokens.WithLabelValues(p, mod).Set(tokens)
+	}
+	if refused {
+		m.RetryBudgetRefused.WithLabelValues(p, mod).Inc()
+	}
+}
+
+// RetryBudgetLevels sets every model's budget gauge from the budgets not
+// full (levels, by provider/model); the others are full (max tokens).
+func (m *Metrics) RetryBudgetLevels(levels map[string]float64) {
+	if m.opts.Budget <= 0 {
+		return
+	}
+	for _, mod := range m.opts.Models {
+		p, _, _ := strings.Cut(mod, "/")
+		v, ok := levels[mod]
+		if !ok {
+			v = m.opts.Budget
+		}
+		m.RetryBudgetTokens.WithLabelValues(m.provider(p), mod).Set(v)
+	}
+}
+
 // CredentialBlocked counts a usage-limit block.
 func (m *Metrics) CredentialBlocked(provider, reason string) {
 	m.CredentialBlocks.WithLabelValues(m.provider(provider), closed(reason, BlockReasons)).Inc()
@@ -341,5 +384,8 @@ func OptionsFor(cfg *config.Config) Options {
 	}
 	slices.Sort(o.Roles)
 	o.Backends = []string{cfg.Store.Backend}
+	if b, err := cfg.RetryBudget(); err == nil && b.Enabled() {
+		o.Budget = float64(b.MaxTokens)
+	}
 	return o
 }

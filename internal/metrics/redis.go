@@ -16,6 +16,7 @@ const (
 	ComponentCredentials = "credentials" // <prefix>{prov:<provider>}:…, <prefix>providers
 	ComponentCooldowns   = "cooldowns"   // <prefix>{cooldowns}:models
 	ComponentSessions    = "sessions"    // <prefix>{ses_…}:…, tenant:…, sessions:…, replica:<id>:control
+	ComponentBudget      = "budget"      // <prefix>{budget}:tokens (the retry budget)
 )
 
 // Indexes into redisHook's per-component series (the order of
@@ -24,6 +25,7 @@ const (
 	compCredentials = iota
 	compCooldowns
 	compSessions
+	compBudget
 	compOther
 	numComponents
 )
@@ -171,6 +173,8 @@ func (h *redisHook) classify(key string) int {
 	switch {
 	case strings.HasPrefix(rest, "{cooldowns}"):
 		return compCooldowns
+	case strings.HasPrefix(rest, "{budget}"):
+		return compBudget
 	case strings.HasPrefix(rest, "{ses_"), strings.HasPrefix(rest, "sessions:"),
 		strings.HasPrefix(rest, "tenant:"), strings.HasPrefix(rest, "replica:"):
 		return compSessions

@@ -257,6 +257,7 @@ func TestRedisComponentOfKeys(t *testing.T) {
 			prefix + "{prov:anthropic}:changed":      compCredentials,
 			prefix + "providers":                     compCredentials,
 			prefix + "{cooldowns}:models":            compCooldowns,
+			prefix + "{budget}:tokens":               compBudget,
 			prefix + "{ses_abc}:meta":                compSessions,
 			prefix + "{ses_abc}:history":             compSessions,
 			prefix + "{ses_abc}:stripped":            compSessions,

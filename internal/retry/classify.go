@@ -189,6 +189,12 @@ type Verdict struct {
 	// Stale, for a stale replay (Underlying ClassStaleReplay), says what
 	// was replayed: Responses state or reasoning state, and which.
 	Stale StaleCase
+	// OverLimit: the request alone is larger than the provider's rate limit
+	// (a "Request too large for … on tokens per min" 429), so it can never
+	// succeed at that limit (docs/retry-policy.md §1.9). Class is
+	// ClassNotRetryable — not a throttle, not a usage limit of the
+	// credential, not a context overflow — and Reason says why.
+	OverLimit bool
 }
 
 // StaleReasoning reports whether the verdict is a stale replay of
@@ -225,7 +231,9 @@ const DefaultUsageWindow = 30 * time.Minute
 //  1. stopReason must be "error" (an aborted stop is never classified as
 //     retryable here; see [IsReasonlessAbort]). Silent overflow (InputTokens
 //     above ContextWindow) is reported for any stop reason.
-//  2. Context overflow is excluded from retry: structured codes
+//  2. A request larger than the provider's rate limit (OpenAI, Groq and
+//     Anthropic wordings, see overlimit.go) is not retryable (Verdict.OverLimit);
+//     then context overflow is excluded from retry: structured codes
 //     (context_length_exceeded, request_too_large, status 413, …) or the
 //     overflow wordings of every major provider. It is checked before the
 //     empty-message rule so that compaction still gets a code-only overflow.
@@ -270,6 +278,11 @@ func Classify(f Failure, now time.Time) Verdict {
 		return done(ClassNotRetryable, "stop reason "+quote(f.StopReason)+` is not "error"`)
 	}
 	c := newFacts(f, msg, hdrs)
+	if reason, ok := c.overLimit(); ok {
+		v = done(ClassNotRetryable, reason)
+		v.OverLimit = true
+		return v
+	}
 	if reason, ok := c.overflow(); ok {
 		return done(ClassContextOverflow, reason+" (context overflow is handled by compaction, never retried)")
 	}

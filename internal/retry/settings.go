@@ -33,6 +33,10 @@ type Settings struct {
 	// FallbackRevertPolicy is retry.fallback_revert_policy: RevertCooldownExpiry
 	// (the default; "" means the same) or RevertNever.
 	FallbackRevertPolicy string
+	// OverflowFallback is retry.overflow_fallback: on a context overflow,
+	// switch to the next model of the chain whose catalog context window is
+	// larger (config only; default off).
+	OverflowFallback bool
 }
 
 // DefaultSettings returns the retry policy's defaults: enabled, 10

@@ -55,6 +55,8 @@ type Server struct {
 	shared          session.Shared // sessions shared by the replicas (Redis); nil in memory
 	sharedStore     *sessionstore.Redis
 	cooldowns       cooldownRegistry
+	budget          retryBudget                     // nil: no retry.budget
+	budgetClose     func(ctx context.Context) error // the shared budget's flusher
 	tickets         *ticketAuthority
 	auth            *authenticator
 	metrics         *metrics.Metrics
@@ -144,11 +146,16 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(), Client: client})
 		providerNames[pc.Name] = true
 	}
+	var budget session.RetryBudget
+	if s.budget != nil {
+		budget = budgetAdapter{budget: s.budget, metrics: s.metrics, log: log}
+	}
 	s.sessions = session.NewManager(session.Options{
 		Providers:         providers,
 		Retry:             retrySettings,
 		Credentials:       credentialAdapter{store: s.creds, backend: cfg.Store.Backend, metrics: s.metrics},
 		Cooldowns:         s.cooldowns,
+		Budget:            budget,
 		Observer:          s.metrics,
 		FallbackCooldown:  time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,
 		Now:               s.now,

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/cooldown"
@@ -12,6 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/redisconn"
+	"github.com/agentd/agentd/internal/retrybudget"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/sessionstore"
 )
@@ -48,6 +51,10 @@ func (s *Server) openStores(ctx context.Context) error {
 		}
 		s.creds = st
 		s.cooldowns = cooldown.NewRedis(s.redis, r.KeyPrefix, s.now)
+		if b, _ := cfg.RetryBudget(); b.Enabled() {
+			rb := retrybudget.NewRedis(s.redis, b, retrybudget.RedisOptions{KeyPrefix: r.KeyPrefix, Logger: s.log})
+			s.budget, s.budgetClose = rb, rb.Close
+		}
 		shared, err := sessionstore.NewRedis(s.redis, sessionstore.Options{
 			KeyPrefix:   r.KeyPrefix,
 			EventBuffer: cfg.Sessions.EventBuffer,
@@ -65,6 +72,9 @@ func (s *Server) openStores(ctx context.Context) error {
 	default:
 		s.creds = credstore.NewMemory(credstore.MemoryOptions{Now: s.now})
 		s.cooldowns = cooldown.NewMemory(s.now)
+		if b, _ := cfg.RetryBudget(); b.Enabled() {
+			s.budget = retrybudget.NewMemory(b)
+		}
 	}
 	s.checkStoreAtStart(ctx) // readiness.go
 	for _, pc := range cfg.Providers {
@@ -86,9 +96,44 @@ type cooldownRegistry interface {
 	Active(ctx context.Context) (map[string]time.Time, error)
 }
 
+// retryBudget is the retry budget (retry.budget): in memory, or shared
+// through Redis.
+type retryBudget interface {
+	Retry(ctx context.Context, model string) (retrybudget.Decision, error)
+	Succeeded(model string)
+	Levels(ctx context.Context) (map[string]float64, error)
+}
+
+// budgetAdapter gives the session engine the retry budget, and reports
+// its decisions to the metrics and the log.
+type budgetAdapter struct {
+	budget  retryBudget
+	metrics *metrics.Metrics
+	log     *slog.Logger
+}
+
+func (a budgetAdapter) Retry(ctx context.Context, model string) bool {
+	d, err := a.budget.Retry(ctx, model)
+	if err != nil {
+		a.log.Warn("retry budget: Redis unavailable, decided on the local copy", "model", model, "err", err)
+	}
+	p, _, _ := strings.Cut(model, "/")
+	a.metrics.RetryBudget(p, model, d.Tokens, !d.Allowed)
+	return d.Allowed
+}
+
+func (a budgetAdapter) Succeeded(model string) { a.budget.Succeeded(model) }
+
 // closeStores stops the stores' background work and closes the Redis client.
 func (s *Server) closeStores() error {
 	var err error
+	if s.budgetClose != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if cerr := s.budgetClose(ctx); cerr != nil {
+			s.log.Warn("retry budget: successes not sent at close", "err", cerr)
+		}
+		cancel()
+	}
 	if s.sharedStore != nil {
 		err = s.sharedStore.Close()
 	}
@@ -169,6 +214,11 @@ func (s *Server) refreshGauges(ctx context.Context) {
 	}
 	if active, err := s.cooldowns.Active(ctx); err == nil {
 		s.metrics.ModelsInCooldown.Set(float64(len(active)))
+	}
+	if s.budget != nil {
+		if levels, err := s.budget.Levels(ctx); err == nil {
+			s.metrics.RetryBudgetLevels(levels)
+		}
 	}
 	degraded := 0.0
 	if s.creds.Degraded() {

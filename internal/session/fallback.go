@@ -95,8 +95,11 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 	if pos < 0 {
 		pos = 0
 	}
+	s.mu.Lock()
+	n := s.needsLocked()
+	s.mu.Unlock()
 	for _, candidate := range chain[pos+1:] {
-		if candidate == current || s.suppressed(ctx, candidate) {
+		if candidate == current || s.suppressed(ctx, candidate) || s.skipIncapable(candidate, n) {
 			continue
 		}
 		s.mu.Lock()
@@ -173,8 +176,11 @@ func (s *Session) avoidCooldown(ctx context.Context, promptID string) {
 	if len(chain) <= 1 || !s.suppressed(ctx, current) {
 		return
 	}
+	s.mu.Lock()
+	n := s.needsLocked()
+	s.mu.Unlock()
 	for _, candidate := range chain {
-		if candidate == current || s.suppressed(ctx, candidate) {
+		if candidate == current || s.suppressed(ctx, candidate) || s.skipIncapable(candidate, n) {
 			continue
 		}
 		s.mu.Lock()

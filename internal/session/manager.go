@@ -127,6 +127,7 @@ type Options struct {
 	LeaseTTL    time.Duration
 	Credentials Credentials // nil: providers need none
 	Cooldowns   Cooldowns   // nil: models never cool down
+	Budget      RetryBudget // nil: retries are bounded by retry.max_retries alone
 	Observer    Observer    // nil: NopObserver (metrics)
 	// FallbackCooldown is the cooldown of a failing model when the provider
 	// gave no hint (0: the retry engine's estimate from the error's wording,

@@ -15,11 +15,12 @@ const (
 	ChainRefusalNoFallback = "refusal_no_fallback"
 	ChainDisabled          = "disabled"
 	ChainNotRetryable      = "not_retryable"
+	ChainBudgetExhausted   = "budget_exhausted" // the retry budget refused the retry
 )
 
 // ChainOutcomes lists every chain outcome.
 var ChainOutcomes = []string{ChainSuccess, ChainMaxRetries, ChainMaxDelay, ChainCancelled,
-	ChainInterrupted, ChainRefusalNoFallback, ChainDisabled, ChainNotRetryable}
+	ChainInterrupted, ChainRefusalNoFallback, ChainDisabled, ChainNotRetryable, ChainBudgetExhausted}
 
 // What happens to a running prompt whose replica changes, as the Observer
 // hears it: a replica took over a lost replica's prompt and resumed its

@@ -18,6 +18,31 @@ const (
 	finalLeaseLost = "session lease lost"   // a replica cut off from the store, or its lease taken
 )
 
+// finalBudget starts the final error of a chain whose retry retry.budget
+// refused; the model, the retry class and the original error follow.
+const finalBudget = "retry budget exhausted"
+
+// RetryBudget is the retry budget (retry.budget) of every provider/model,
+// shared by the replicas when the store is.
+type RetryBudget interface {
+	// Retry asks to retry a failed call of model (provider/model) on the
+	// same target: true spends from its budget, false refuses.
+	Retry(ctx context.Context, model string) bool
+	// Succeeded credits model's budget with a successful call. It must not
+	// wait on I/O: it runs on every successful call.
+	Succeeded(model string)
+}
+
+// spendsBudget reports whether the retry the flow is about to schedule is
+// a retry of the same target, which the retry budget must allow: not after
+// a credential switch or a model fallback (another target), not when no
+// call was made (every credential blocked: the wait is for a credential),
+// and not for the one-off repairs of a request (a stale Responses replay,
+// refused reasoning state) that are retried at once.
+func spendsBudget(switched, reasoningFix, allBlocked bool, v retry.Verdict) bool {
+	return !switched && !reasoningFix && !allBlocked && v.Class != retry.ClassStaleReplay
+}
+
 // A stop is what stopped a run, or its retry chain, from outside the model
 // calls. Only the user's is a cancellation: the others are interruptions,
 // and their final errors say what ended the chain.
@@ -218,6 +243,17 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		s.mu.Lock()
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: final})
 		s.chainEndedLocked(ChainMaxDelay, attempt, final)
+		s.retryAttempt, s.gateOpen = 0, false
+		s.mu.Unlock()
+		return false, final, stopNone
+	}
+	// The retry budget: a retry of the same target spends from the model's
+	// budget, and one it refuses ends the chain.
+	if b := s.m.opts.Budget; b != nil && spendsBudget(switched, reasoningFix, t.allBlocked, v) && !b.Retry(ctx, model) {
+		final := fmt.Sprintf("%s for %s (%s). Original error: %s", finalBudget, model, v.Class, errMsg)
+		s.mu.Lock()
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: final})
+		s.chainEndedLocked(ChainBudgetExhausted, attempt, final)
 		s.retryAttempt, s.gateOpen = 0, false
 		s.mu.Unlock()
 		return false, final, stopNone

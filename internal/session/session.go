@@ -549,11 +549,23 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call in
 			allowFallback = false
 		}
 		if v.Class == retry.ClassContextOverflow {
+			// retry.overflow_fallback: on to a model with a larger context
+			// window, if the chain has one; the overflow is not retried on
+			// this model.
+			if s.overflowFallback(ctx, promptID, &msg) {
+				continue
+			}
 			s.emit(Event{Type: EventContextOverflow, PromptID: promptID, ErrorMessage: msg.ErrorMessage})
 		}
 		if !v.Retryable {
-			s.endChainIfOpen(promptID, ChainNotRetryable, msg.ErrorMessage)
-			return OutcomeFailed, msg.ErrorMessage
+			final := msg.ErrorMessage
+			if v.OverLimit {
+				// Says why it is not retried: the provider's wording may
+				// read like a throttle's (docs/retry-policy.md §1.9).
+				final = v.Reason + " (not retried). Original error: " + msg.ErrorMessage
+			}
+			s.endChainIfOpen(promptID, ChainNotRetryable, final)
+			return OutcomeFailed, final
 		}
 		cont, final, by := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback, call)
 		if !cont {
@@ -675,6 +687,9 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		s.emit(e)
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
+	if b := s.m.opts.Budget; b != nil && t.Message.StopReason != provider.StopError && t.Message.StopReason != provider.StopAborted {
+		b.Succeeded(model)
+	}
 	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason}
 	if t.Message.StopReason == provider.StopError {
 		if t.Failure != nil {
