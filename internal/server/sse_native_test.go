@@ -398,7 +398,7 @@ func TestNativeSSEMatchesGateway(t *testing.T) {
 		// Not a bare end of stream: a final error frame says the session
 		// was deleted.
 		_, last, _ := strings.Cut("\n"+got, "\nevent: error\ndata: ")
-		if !regexp.MustCompile(`^\{"code":\s*5,\s*"message":\s*"session `+id+` was deleted; its event stream has ended",\s*"details":\s*\[\]\}\n\n\n\[end\]\n$`).MatchString(last) {
+		if !regexp.MustCompile(`^\{"code":\s*5,\s*"message":\s*"session ` + id + ` was deleted; its event stream has ended",\s*"details":\s*\[\]\}\n\n\n\[end\]\n$`).MatchString(last) {
 			t.Errorf("%s: the stream of a deleted session ends without an error frame naming why: %q", c.name, got)
 		}
 	}
