@@ -95,8 +95,8 @@ type Options struct {
 	// OpenProviders list no models: any model name is accepted, and its
 	// retries are counted under model "other".
 	OpenProviders []string
-	Roles     []string // fallback roles (chain keys; "default" is always there)
-	Backends  []string // credential-store backends ("memory", "redis"); with "redis" the Redis round-trip series start at 0
+	Roles         []string // fallback roles (chain keys; "default" is always there)
+	Backends      []string // credential-store backends ("memory", "redis"); with "redis" the Redis round-trip series start at 0
 }
 
 // Metrics holds every collector.
