@@ -92,11 +92,12 @@ var (
 type Options struct {
 	Providers []string // configured provider names
 	Models    []string // provider/model references that may appear (configured models, chain entries)
+	Roles     []string // fallback roles (chain keys; "default" is always there)
+	Backends  []string // credential-store backends ("memory", "redis"); with "redis" the Redis round-trip series start at 0
+
 	// OpenProviders list no models: any model name is accepted, and its
 	// retries are counted under model "other".
 	OpenProviders []string
-	Roles         []string // fallback roles (chain keys; "default" is always there)
-	Backends      []string // credential-store backends ("memory", "redis"); with "redis" the Redis round-trip series start at 0
 }
 
 // Metrics holds every collector.
