@@ -91,7 +91,7 @@ var (
 // label values of its /metrics.
 func scriptedRun(t *testing.T) labelValues {
 	t.Helper()
-	scriptOnce.Do(func() { scriptValues, scriptErr = runScript() })
+	scriptOnce.Do(func() { scriptValues, _, scriptErr = runServer(scriptedConfig, scriptedPrompts) })
 	if scriptErr != nil {
 		t.Fatal(scriptErr)
 	}
@@ -117,14 +117,17 @@ func scriptedRun(t *testing.T) labelValues {
 	return lv
 }
 
-func runScript() (labelValues, error) {
-	cfg, err := config.Parse(strings.NewReader(scriptedConfig))
+// runServer runs a server with yaml, runs prompts on it (role, text; each
+// in a session of its own) and returns the label values of its /metrics
+// and the series of each family.
+func runServer(yaml string, prompts [][2]string) (labelValues, map[string][]map[string]string, error) {
+	cfg, err := config.Parse(strings.NewReader(yaml))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	srv, err := server.New(cfg, nil)
 	if err != nil {
-		return nil, fmt.Errorf("server.New: %w", err)
+		return nil, nil, fmt.Errorf("server.New: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -161,34 +164,35 @@ func runScript() (labelValues, error) {
 		if _, err := do("GET", "/readyz", "", "text/plain"); err == nil {
 			break
 		} else if time.Now().After(deadline) {
-			return nil, err
+			return nil, nil, err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	idRe := regexp.MustCompile(`"id":\s*"(ses_[a-z0-9]+)"`)
-	for _, p := range scriptedPrompts {
+	for _, p := range prompts {
 		created, err := do("POST", "/v1/sessions", fmt.Sprintf(`{"model":"sim/echo","role":%q}`, p[0]), "application/json")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		m := idRe.FindStringSubmatch(created)
 		if m == nil {
-			return nil, fmt.Errorf("CreateSession answered %s", created)
+			return nil, nil, fmt.Errorf("CreateSession answered %s", created)
 		}
 		// The SSE answer ends with the prompt's end.
 		stream, err := do("POST", "/v1/sessions/"+m[1]+":prompt", fmt.Sprintf(`{"text":%q}`, p[1]), "text/event-stream")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !strings.Contains(stream, "event: prompt_end") {
-			return nil, fmt.Errorf("prompt %q: no prompt_end in\n%s", p[1], stream)
+			return nil, nil, fmt.Errorf("prompt %q: no prompt_end in\n%s", p[1], stream)
 		}
 	}
 	body, err := do("GET", "/metrics", "", "text/plain")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lv := labelValues{}
+	all := map[string][]map[string]string{}
 	types := map[string]string{}
 	for _, line := range strings.Split(body, "\n") {
 		if m := typeLine.FindStringSubmatch(line); m != nil {
@@ -210,13 +214,16 @@ func runScript() (labelValues, error) {
 				}
 			}
 		}
+		labels := map[string]string{}
 		for _, lp := range pair.FindAllStringSubmatch(m[2], -1) {
+			labels[lp[1]] = lp[2]
 			if lp[1] != "le" && lp[1] != "quantile" {
 				lv.add(name, lp[1], lp[2])
 			}
 		}
+		all[m[1]] = append(all[m[1]], labels)
 	}
-	return lv, nil
+	return lv, all, nil
 }
 
 // plainAlternatives splits a matcher's value into the label values it
@@ -513,4 +520,34 @@ func TestRunbookClaimsMatchREADME(t *testing.T) {
 func readREADME() (string, error) {
 	b, err := os.ReadFile("../README.md")
 	return string(b), err
+}
+
+// A fresh server on the embedded defaults starts few agentd_ series, and
+// none of a combination that cannot occur: a model under another provider
+// than its own, provider or role "other" (every one is configured).
+func TestFreshStartSeries(t *testing.T) {
+	_, all, err := runServer("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for name, ss := range all {
+		if !strings.HasPrefix(name, "agentd_") {
+			continue
+		}
+		n += len(ss)
+		for _, l := range ss {
+			if p, m := l["provider"], l["model"]; m != "" && m != "other" && !strings.HasPrefix(m, p+"/") {
+				t.Errorf("%s%v: model %s under provider %s", name, l, m, p)
+			}
+			if l["provider"] == "other" || l["role"] == "other" {
+				t.Errorf("%s%v: started at 0 for a value no configured provider or role gives", name, l)
+			}
+		}
+	}
+	// 951 before only the possible combinations started at 0; 326 after.
+	t.Logf("%d agentd_ series on a fresh start", n)
+	if n > 400 {
+		t.Errorf("%d agentd_ series on a fresh start with the defaults, want at most 400", n)
+	}
 }
