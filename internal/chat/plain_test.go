@@ -43,7 +43,8 @@ func golden(t *testing.T, name, got string) {
 
 // TestPlainTranscript runs "agentd chat < prompts > log" against a real
 // agentd with the simulated provider's fault scripts: retries that succeed,
-// a refused prompt, a context overflow, the delay cap, a non-retryable
+// a refused prompt, a context overflow, the delay cap (a provider's hint,
+// and a usage limit's estimate: fail-fast), a non-retryable
 // error, a tool call answered by the next input line, retries that run out.
 // The delays are the provider's hints (or the 10 ms base delay), so the
 // transcript is stable: testdata/plain.golden.
@@ -55,6 +56,7 @@ func TestPlainTranscript(t *testing.T) {
 		"",
 		"over [[faults: overflow]]",
 		"cap [[faults: 529:retry-after=600]]",
+		"quota [[faults: usage]]",
 		"auth [[faults: 401]]",
 		"weather in Paris? [[tools: get_weather]]",
 		"sunny, 21°C",

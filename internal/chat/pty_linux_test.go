@@ -120,7 +120,7 @@ func TestTUIInPseudoTerminal(t *testing.T) {
 	if _, err := ptmx.WriteString("\x1b"); err != nil {                // Esc
 		t.Fatal(err)
 	}
-	at = scr.waitFor(t, at, "Retry failed after 1 attempts: Retry cancelled")
+	at = scr.waitFor(t, at, "Retry failed after 1 attempt: Retry cancelled")
 	at = scr.waitFor(t, at, "Prompt aborted: Retry cancelled")
 	if _, err := ptmx.WriteString("\x03"); err != nil { // Ctrl+C, idle: quit
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestTUIInPseudoTerminal(t *testing.T) {
 		t.Fatal("agentd chat did not exit")
 	}
 	// The conversation stays on the normal screen.
-	scr.waitFor(t, at, "Retry failed after 1 attempts: Retry cancelled")
+	scr.waitFor(t, at, "Retry failed after 1 attempt: Retry cancelled")
 	// The terminal is back in canonical mode with echo.
 	var tio syscall.Termios
 	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, tty.Fd(), syscall.TCGETS, uintptr(unsafe.Pointer(&tio))); e != 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -89,18 +90,64 @@ func (r *Renderer) Loader(now time.Time) (string, bool) {
 }
 
 // LoaderText is the retry loader: "Retrying (2/10) in 3s… (esc to cancel)",
-// the seconds rounded up and never below 0.
+// the time left rounded up, to the tenth of a second under 10 s (a 0.4 s
+// wait shows as 0.4s, not 1s), and never below 0.
 func LoaderText(attempt, maxAttempts int32, remaining time.Duration) string {
-	secs := int64(0)
-	if remaining > 0 {
-		secs = int64((remaining + time.Second - 1) / time.Second)
-	}
-	return fmt.Sprintf("Retrying (%d/%d) in %ds… (esc to cancel)", attempt, maxAttempts, secs)
+	return fmt.Sprintf("Retrying (%d/%d) in %s… (esc to cancel)", attempt, maxAttempts, remainingText(remaining))
 }
 
-// RetryFailedText is the final failure of a retry chain.
+// remainingText is a countdown's time left, rounded up: 0s, 0.1s … 9.9s,
+// 10s, 11s …
+func remainingText(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < 10*time.Second:
+		tenths := (d + 100*time.Millisecond - 1) / (100 * time.Millisecond)
+		return strconv.FormatFloat(float64(tenths)/10, 'f', -1, 64) + "s"
+	default:
+		return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10) + "s"
+	}
+}
+
+// RetryFailedText is the final failure of a retry chain: "Retry failed
+// after 1 attempt: …", "after 3 attempts: …".
 func RetryFailedText(attempts int32, finalError string) string {
-	return fmt.Sprintf("Retry failed after %d attempts: %s", attempts, finalError)
+	return fmt.Sprintf("Retry failed after %s: %s", plural(int64(attempts), "attempt"), finalError)
+}
+
+// plural is "1 attempt", "0 attempts", "2 attempts".
+func plural(n int64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.FormatInt(n, 10) + " " + word + "s"
+}
+
+// failFastMark is in the final error of a chain whose wait exceeds
+// retry.max_delay_ms ("… 1800000ms wait, exceeds retry.maxDelayMs
+// (300000ms). Original error: …").
+const failFastMark = "wait, exceeds retry.maxDelayMs"
+
+// msInText is a delay in milliseconds inside a final error
+// ("Estimated 1800000ms wait, exceeds retry.maxDelayMs (300000ms)").
+var msInText = regexp.MustCompile(`\b(\d+)ms\b`)
+
+// NotStartedText is the retry line of a chain that ended before its first
+// retry started (a fail-fast: the wait the provider asks for, or agentd
+// estimates, exceeds retry.max_delay_ms): "[retry 1 not started:
+// Estimated 30m0s wait, exceeds retry.maxDelayMs (5m0s)]", the original
+// error left to the failure line that follows.
+func NotStartedText(attempt int32, finalError string) string {
+	why, _, _ := strings.Cut(finalError, ". Original error: ")
+	why = msInText.ReplaceAllStringFunc(why, func(m string) string {
+		ms, err := strconv.ParseInt(strings.TrimSuffix(m, "ms"), 10, 64)
+		if err != nil {
+			return m
+		}
+		return FormatDelay(ms)
+	})
+	return fmt.Sprintf("[retry %d not started: %s]", attempt, why)
 }
 
 // FormatDelay writes a retry delay briefly: 0s, 0.01s, 0.5s, 2s, 1.5s, 30s,
@@ -203,8 +250,14 @@ func (r *Renderer) Apply(ev *agentdv1.Event, now time.Time) []Piece {
 			s.GetAttempt(), s.GetMaxAttempts(), FormatDelay(s.GetDelayMs()), s.GetErrorMessage()))
 	case *agentdv1.Event_AutoRetryEnd:
 		e := p.AutoRetryEnd
+		opened := r.retrying
 		r.retrying, r.waiting = false, false
 		r.attempt, r.max = 0, 0
+		if !opened && !e.GetSuccess() && strings.Contains(e.GetFinalError(), failFastMark) {
+			// No auto_retry_start before: the chain failed fast. Say so in
+			// a retry line, as every other step of a chain is.
+			r.line(&out, KindRetry, NotStartedText(e.GetAttempt(), e.GetFinalError()))
+		}
 		if e.GetSuccess() {
 			r.line(&out, KindRetry, fmt.Sprintf("[retry succeeded on attempt %d]", e.GetAttempt()))
 		} else {

@@ -91,7 +91,7 @@ func TestRendererEveryEvent(t *testing.T) {
 		{"auto_retry_end failure", evRetryEnd(false, 3, "529 overloaded_error: Overloaded"),
 			[]Piece{line(KindError, "Retry failed after 3 attempts: 529 overloaded_error: Overloaded")}},
 		{"auto_retry_end cancelled", evRetryEnd(false, 1, "Retry cancelled"),
-			[]Piece{line(KindError, "Retry failed after 1 attempts: Retry cancelled")}},
+			[]Piece{line(KindError, "Retry failed after 1 attempt: Retry cancelled")}},
 		{"retry_fallback_applied", &agentdv1.Event{Type: "retry_fallback_applied", Payload: &agentdv1.Event_RetryFallbackApplied{
 			RetryFallbackApplied: &agentdv1.RetryFallbackApplied{From: "anthropic/claude-sonnet-4-5", To: "openai/gpt-5", Role: "default"}}},
 			[]Piece{line(KindNotice, "Fallback: anthropic/claude-sonnet-4-5 -> openai/gpt-5")}},
@@ -142,9 +142,11 @@ func TestRendererRetryLoader(t *testing.T) {
 		want  string
 	}{
 		{0, "Retrying (2/10) in 3s… (esc to cancel)"},
-		{999 * time.Millisecond, "Retrying (2/10) in 3s… (esc to cancel)"},
+		{50 * time.Millisecond, "Retrying (2/10) in 3s… (esc to cancel)"},
+		{999 * time.Millisecond, "Retrying (2/10) in 2.1s… (esc to cancel)"},
 		{time.Second, "Retrying (2/10) in 2s… (esc to cancel)"},
-		{2500 * time.Millisecond, "Retrying (2/10) in 1s… (esc to cancel)"},
+		{2500 * time.Millisecond, "Retrying (2/10) in 0.5s… (esc to cancel)"},
+		{2950 * time.Millisecond, "Retrying (2/10) in 0.1s… (esc to cancel)"},
 		{3 * time.Second, "Retrying (2/10) in 0s… (esc to cancel)"},
 		{5 * time.Second, "Retrying (2/10) in 0s… (esc to cancel)"},
 	} {
@@ -179,15 +181,54 @@ func TestRendererRetryLoader(t *testing.T) {
 }
 
 func TestLoaderText(t *testing.T) {
-	if got, want := LoaderText(2, 10, 3*time.Second), "Retrying (2/10) in 3s… (esc to cancel)"; got != want {
-		t.Errorf("LoaderText = %q, want %q", got, want)
+	for _, c := range []struct {
+		remaining time.Duration
+		want      string
+	}{
+		{3 * time.Second, "Retrying (2/10) in 3s… (esc to cancel)"},
+		// A sub-second wait shows as such, not as "1s".
+		{400 * time.Millisecond, "Retrying (2/10) in 0.4s… (esc to cancel)"},
+		{478 * time.Millisecond, "Retrying (2/10) in 0.5s… (esc to cancel)"},
+		{time.Millisecond, "Retrying (2/10) in 0.1s… (esc to cancel)"},
+		{0, "Retrying (2/10) in 0s… (esc to cancel)"},
+		{-time.Second, "Retrying (2/10) in 0s… (esc to cancel)"},
+		{9960 * time.Millisecond, "Retrying (2/10) in 10s… (esc to cancel)"},
+		{10001 * time.Millisecond, "Retrying (2/10) in 11s… (esc to cancel)"},
+		{90 * time.Second, "Retrying (2/10) in 90s… (esc to cancel)"},
+	} {
+		if got := LoaderText(2, 10, c.remaining); got != c.want {
+			t.Errorf("LoaderText(%v) = %q, want %q", c.remaining, got, c.want)
+		}
 	}
-	if got, want := LoaderText(1, 10, 478*time.Millisecond), "Retrying (1/10) in 1s… (esc to cancel)"; got != want {
-		t.Errorf("LoaderText = %q, want %q", got, want)
+	for n, want := range map[int32]string{
+		0:  "Retry failed after 0 attempts: 529 overloaded_error: Overloaded",
+		1:  "Retry failed after 1 attempt: 529 overloaded_error: Overloaded",
+		10: "Retry failed after 10 attempts: 529 overloaded_error: Overloaded",
+	} {
+		if got := RetryFailedText(n, "529 overloaded_error: Overloaded"); got != want {
+			t.Errorf("RetryFailedText(%d) = %q, want %q", n, got, want)
+		}
 	}
-	if got, want := RetryFailedText(10, "529 overloaded_error: Overloaded"), "Retry failed after 10 attempts: 529 overloaded_error: Overloaded"; got != want {
-		t.Errorf("RetryFailedText = %q, want %q", got, want)
-	}
+}
+
+// A chain that fails fast (its first wait exceeds retry.max_delay_ms) has
+// no auto_retry_start: a retry line still says what happened, before the
+// failure.
+func TestRetryFailFastLine(t *testing.T) {
+	r := &Renderer{}
+	t0 := time.Now()
+	r.Apply(evAgentStart(), t0)
+	r.Apply(evMessageStart("sim/echo"), t0)
+	r.Apply(evMessageEnd("error", "429 insufficient_quota: You exceeded your current quota", ""), t0)
+	final := "Estimated 1800000ms wait, exceeds retry.maxDelayMs (300000ms). Original error: 429 insufficient_quota: You exceeded your current quota"
+	equalPieces(t, "auto_retry_end", r.Apply(evRetryEnd(false, 1, final), t0), []Piece{
+		line(KindRetry, "[retry 1 not started: Estimated 30m0s wait, exceeds retry.maxDelayMs (5m0s)]"),
+		line(KindError, "Retry failed after 1 attempt: "+final),
+	})
+	// After retries that started, the end is the failure alone.
+	r.Apply(evRetryStart(1, 10, 400, "529 overloaded_error: Overloaded"), t0)
+	equalPieces(t, "auto_retry_end after a start", r.Apply(evRetryEnd(false, 2, "529 overloaded_error: Overloaded"), t0),
+		[]Piece{line(KindError, "Retry failed after 2 attempts: 529 overloaded_error: Overloaded")})
 }
 
 func TestFormatDelay(t *testing.T) {

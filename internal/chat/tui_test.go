@@ -43,7 +43,7 @@ func TestTUIEscCancelsRetry(t *testing.T) {
 	}
 	d.now = t0.Add(1200 * time.Millisecond)
 	d.send(tickMsg(d.now))
-	if view := d.m.View(); !strings.Contains(view, "Retrying (2/10) in 2s… (esc to cancel)") {
+	if view := d.m.View(); !strings.Contains(view, "Retrying (2/10) in 1.8s… (esc to cancel)") {
 		t.Fatalf("view after 1.2s:\n%s", view)
 	}
 	if !d.printedLine("> hi [[faults: 529,529,ok]]") {
@@ -237,7 +237,7 @@ func TestTUIAgainstServer(t *testing.T) {
 	for _, want := range []string{
 		"> wait [[faults: 529:retry-after=30,ok]]",
 		"[retry 1/10 in 30s: 529 overloaded_error: Overloaded]",
-		"Retry failed after 1 attempts: Retry cancelled",
+		"Retry failed after 1 attempt: Retry cancelled",
 		"Prompt aborted: Retry cancelled",
 	} {
 		if !d.printedLine(want) {
@@ -286,7 +286,7 @@ func TestTUIAgainstServer(t *testing.T) {
 	// It knows the chain only from events after it attached; Ctrl+C aborts.
 	d2.key(tea.KeyCtrlC)
 	d2.until("the followed prompt's end", func() bool { return d2.m.stream == nil })
-	if !d2.printedLine("Retry failed after 1 attempts: Retry cancelled") {
+	if !d2.printedLine("Retry failed after 1 attempt: Retry cancelled") {
 		t.Errorf("printed %q", d2.m.Lines())
 	}
 }

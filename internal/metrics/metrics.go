@@ -3,7 +3,8 @@
 // fallback, provider, prompt and event-stream metrics on an injected
 // registry, and counts the round trips to Redis of the shared stores (a
 // go-redis hook, RedisHook). Every label takes its values from a closed set
-// (unknown values become "other") and every series starts at 0.
+// (unknown values become "other"), and the series of the label
+// combinations that can occur start at 0.
 package metrics
 
 import (
@@ -45,6 +46,46 @@ var (
 	StoreOps = []string{"pick", "block", "redeem", "add", "delete", "list"}
 	// RedisComponents are the parts of agentd a Redis round trip serves.
 	RedisComponents = []string{ComponentCredentials, ComponentCooldowns, ComponentSessions, ComponentBudget, Other}
+
+	// BackoffSources are, for each class a retry can start for (the classes
+	// retry.Class.Retryable accepts: the only ones retry_attempts_total and
+	// retry_backoff_seconds see), the delay sources retry.Plan can give it:
+	// a stale replay retries at once; a refusal only on a fallback model (a
+	// switch); a transient error sleeps the local backoff (an estimate) or
+	// the provider's longer hint, or switches model; a usage limit also
+	// waits for a sibling credential. The series start at 0 for these pairs
+	// only (TestBackoffSourcesCoverPlan checks them against retry.Plan).
+	BackoffSources = map[string][]string{
+		string(retry.ClassTransient):   {string(retry.SourceEstimate), string(retry.SourceProvider), string(retry.SourceSwitch)},
+		string(retry.ClassUsageLimit):  {string(retry.SourceEstimate), string(retry.SourceProvider), string(retry.SourceSibling), string(retry.SourceSwitch)},
+		string(retry.ClassStaleReplay): {string(retry.SourceStaleReplay)},
+		string(retry.ClassRefusal):     {string(retry.SourceSwitch)},
+	}
+
+	// StatusClasses are the retry classes a failed call's HTTP status gives
+	// by itself (the status and code rules of retry.Classify): the
+	// provider_errors_total series that start at 0. A pair the error's text
+	// alone leads to (a 503 whose message names a quota, say) starts when
+	// it first happens. An in-stream error (200) may be of any class.
+	StatusClasses = map[string][]string{
+		"0":   {string(retry.ClassTransient), string(retry.ClassNotRetryable)},
+		"200": Classes,
+		"400": {string(retry.ClassContextOverflow), string(retry.ClassStaleReplay), string(retry.ClassUsageLimit), string(retry.ClassTransient), string(retry.ClassNotRetryable)},
+		"401": {string(retry.ClassNotRetryable)},
+		"402": {string(retry.ClassUsageLimit)},
+		"403": {string(retry.ClassUsageLimit), string(retry.ClassNotRetryable)},
+		"404": {string(retry.ClassStaleReplay), string(retry.ClassNotRetryable)},
+		"408": {string(retry.ClassTransient)},
+		"409": {string(retry.ClassNotRetryable)},
+		"413": {string(retry.ClassContextOverflow)},
+		"429": {string(retry.ClassUsageLimit), string(retry.ClassTransient)},
+		"500": {string(retry.ClassTransient)},
+		"502": {string(retry.ClassTransient)},
+		"503": {string(retry.ClassTransient)},
+		"504": {string(retry.ClassTransient)},
+		"529": {string(retry.ClassTransient)},
+		Other: {string(retry.ClassTransient), string(retry.ClassNotRetryable)},
+	}
 )
 
 // Options give the closed label sets that depend on the configuration.
@@ -55,6 +96,10 @@ type Options struct {
 	Backends  []string // credential-store backends ("memory", "redis"); with "redis" the Redis round-trip series start at 0
 	// Budget is retry.budget.max_tokens (0: no budget, no budget series).
 	Budget float64
+
+	// OpenProviders list no models: any model name is accepted, and its
+	// retries are counted under model "other".
+	OpenProviders []string
 }
 
 // Metrics holds every collector.
@@ -175,13 +220,18 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	return m
 }
 
-// initialize creates every series of the closed label sets at 0.
+// initialize creates at 0 the series of the closed label sets that can
+// occur: a model only with its own provider, "other" only where a value
+// outside the configured sets can come (a provider that lists no models,
+// an HTTP status outside Statuses), a class and delay source only as
+// retry.Plan pairs them (BackoffSources), a status with the classes it
+// gives (StatusClasses), takeovers only with sessions in Redis. A series
+// outside those starts when it first happens.
 func (m *Metrics) initialize() {
-	providers := append(slices.Clone(m.opts.Providers), Other)
-	models := append(slices.Clone(m.opts.Models), Other)
-	for _, p := range providers {
+	for _, p := range m.opts.Providers {
+		models := m.modelsOf(p)
 		for _, mod := range models {
-			for _, c := range Classes {
+			for c := range BackoffSources {
 				m.RetryAttempts.WithLabelValues(p, mod, c)
 			}
 			if m.opts.Budget > 0 && mod != Other && strings.HasPrefix(mod, p+"/") {
@@ -198,24 +248,27 @@ func (m *Metrics) initialize() {
 		m.BankedRedeemed.WithLabelValues(p)
 		m.ProviderDuration.WithLabelValues(p)
 		m.ProviderTTFT.WithLabelValues(p)
-		for _, st := range Statuses {
-			for _, c := range Classes {
+		for st, classes := range StatusClasses {
+			for _, c := range classes {
 				m.ProviderErrors.WithLabelValues(p, st, c)
 			}
 		}
 	}
-	for _, o := range session.TakeoverOutcomes {
-		m.Takeovers.WithLabelValues(o)
+	if slices.Contains(m.opts.Backends, "redis") {
+		// Takeovers happen between replicas sharing sessions in Redis.
+		for _, o := range session.TakeoverOutcomes {
+			m.Takeovers.WithLabelValues(o)
+		}
 	}
 	for _, o := range session.ChainOutcomes {
 		m.RetryChainsEnded.WithLabelValues(o)
 	}
-	for _, c := range Classes {
-		for _, s := range Sources {
+	for c, sources := range BackoffSources {
+		for _, s := range sources {
 			m.RetryBackoff.WithLabelValues(c, s)
 		}
 	}
-	for _, r := range append(slices.Clone(m.opts.Roles), Other) {
+	for _, r := range m.opts.Roles {
 		m.FallbacksApplied.WithLabelValues(r)
 		m.FallbacksSucceeded.WithLabelValues(r)
 		m.FallbacksReverted.WithLabelValues(r)
@@ -237,6 +290,21 @@ func (m *Metrics) initialize() {
 			m.RedisErrors.WithLabelValues(c)
 		}
 	}
+}
+
+// modelsOf is the model label values provider p's calls can carry: its
+// models ("p/…"), and "other" when it lists none.
+func (m *Metrics) modelsOf(p string) []string {
+	var out []string
+	for _, mod := range m.opts.Models {
+		if strings.HasPrefix(mod, p+"/") {
+			out = append(out, mod)
+		}
+	}
+	if slices.Contains(m.opts.OpenProviders, p) {
+		out = append(out, Other)
+	}
+	return out
 }
 
 func closed(v string, set []string) string {
@@ -372,6 +440,9 @@ func OptionsFor(cfg *config.Config) Options {
 		o.Providers = append(o.Providers, p.Name)
 		for _, m := range p.ModelNames() {
 			o.Models = append(o.Models, p.Name+"/"+m)
+		}
+		if len(p.Models) == 0 {
+			o.OpenProviders = append(o.OpenProviders, p.Name)
 		}
 	}
 	for role, chain := range cfg.Retry.FallbackChains {

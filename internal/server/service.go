@@ -183,7 +183,27 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 		return err
 	}
 	defer sub.Close()
-	return a.forward(stream.Context(), sub, stream, false, func(*session.Event) bool { return false })
+	err = a.forward(stream.Context(), sub, stream, false, func(*session.Event) bool { return false })
+	if errors.Is(err, errLogClosed) {
+		return a.logClosed(stream.Context(), req.GetSessionId())
+	}
+	return err
+}
+
+// errLogClosed: forward's subscription ended with the session's event log
+// (not a prompt's stream).
+var errLogClosed = errors.New("event log closed")
+
+// logClosed is how StreamEvents ends when the session's event log closed:
+// with NOT_FOUND when the session is gone (deleted here or on another
+// replica), so that the reader learns why instead of seeing a bare end of
+// stream; cleanly when it still exists (the server drains: the stream ends
+// after its last event).
+func (a *agentService) logClosed(ctx context.Context, id string) error {
+	if _, err := a.session(ctx, id); status.Code(err) == codes.NotFound {
+		return status.Errorf(codes.NotFound, "session %s was deleted; its event stream has ended", id)
+	}
+	return nil
 }
 
 // subscribe is StreamEvents' subscription. With sessions in Redis it calls
@@ -256,7 +276,7 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 			// The session went away before its prompt ended.
 			return status.Error(codes.Unavailable, "the session was deleted or the server stopped before the prompt ended")
 		case errors.Is(err, session.ErrLogClosed):
-			return nil
+			return errLogClosed
 		case err != nil && ctx.Err() != nil && stream.Context().Err() == nil:
 			return status.Error(codes.Unavailable, "server is shutting down; resume with after_seq")
 		case err != nil:

@@ -389,8 +389,17 @@ func TestNativeSSEMatchesGateway(t *testing.T) {
 			ts.waitReaders(t, "team-a", id, 2)
 			ts.do(t, "DELETE", "/v1/sessions/"+id, "", sseTokenA)
 		})
-		if !strings.HasPrefix(got, "HTTP/1.1 200 ") {
+		// A stream that sent events goes on 200; one that had sent none
+		// gets the gateway's answer to an error before the first event.
+		if want := "HTTP/1.1 200 "; c.query == "?afterSeq=LAST" && !strings.HasPrefix(got, "HTTP/1.1 404 ") ||
+			c.query != "?afterSeq=LAST" && !strings.HasPrefix(got, want) {
 			t.Errorf("%s: %q", c.name, got)
+		}
+		// Not a bare end of stream: a final error frame says the session
+		// was deleted.
+		_, last, _ := strings.Cut("\n"+got, "\nevent: error\ndata: ")
+		if !regexp.MustCompile(`^\{"code":\s*5,\s*"message":\s*"session ` + id + ` was deleted; its event stream has ended",\s*"details":\s*\[\]\}\n\n\n\[end\]\n$`).MatchString(last) {
+			t.Errorf("%s: the stream of a deleted session ends without an error frame naming why: %q", c.name, got)
 		}
 	}
 

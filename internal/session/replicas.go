@@ -302,17 +302,19 @@ func (s *Session) Snapshot(ctx context.Context) (State, error) {
 	if owner == "" {
 		return st, nil
 	}
-	rep, err := s.m.opts.Shared.Call(ctx, owner, Control{Op: OpState, SessionID: s.id})
+	cctx, cancel := context.WithTimeout(ctx, ownerStateTimeout)
+	rep, err := s.m.opts.Shared.Call(cctx, owner, Control{Op: OpState, SessionID: s.id})
+	cancel()
 	if err == nil && rep.State != nil {
 		return *rep.State, nil
 	}
-	// The owner ended its prompt meanwhile, or is lost and its prompt is
-	// about to be taken over: it still counts as running.
+	// The owner ended its prompt meanwhile.
 	if err == nil && rep.Err == ReplyNotOwner {
 		return st, nil
 	}
-	st.Status = StatusStreaming
-	return st, nil
+	// The owner does not answer (lost: its prompt is taken over once its
+	// lease expires): the stored run says what the prompt was doing.
+	return s.storedRunState(ctx, st), nil
 }
 
 func (s *Session) setAutoRetryShared(ctx context.Context, enabled bool) error {

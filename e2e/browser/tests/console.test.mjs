@@ -74,6 +74,7 @@ test('the console loads, asks for a token, and keeps it in memory only', async (
   await page.waitForSelector('#sessions');
   await page.waitForSelector('#auth-state:has-text("token needed")');
   assert.match(await page.textContent('#notice'), /bearer token/);
+  assert.equal(await page.isVisible('#token'), true, 'no token box where auth asks for a token');
   await pasteToken(page);
   await page.waitForSelector('#auth-state:has-text("token ok")');
   await page.waitForSelector('#sessions td:has-text("No sessions yet")');
@@ -84,6 +85,7 @@ test('the console loads, asks for a token, and keeps it in memory only', async (
 
 test('a fault script shows the retry countdown; Cancel ends the retry', async () => {
   const id = await createSession(page, { model: 'sim/countdown' });
+  assert.equal(await page.isVisible('#abort'), false, 'Abort shows on an idle session');
   await send(page, 'hello [[faults: 429:retry-after=30,ok]]');
   const retry = page.locator('.entry[data-type=auto_retry_start]');
   await retry.waitFor();
@@ -94,6 +96,7 @@ test('a fault script shows the retry countdown; Cancel ends the retry', async ()
   const first = await countdown.textContent();
   await page.waitForFunction((before) => document.querySelector('.entry[data-type=auto_retry_start] .countdown').textContent !== before, first);
   assert.match(await page.textContent('#session-status'), /retrying/);
+  assert.equal(await page.isVisible('#abort'), true, 'no Abort while the prompt waits to retry');
   await page.waitForSelector('.bubble.assistant.failed .error:has-text("429")');
   await shoot(page, 'retry');
 

@@ -9,6 +9,19 @@ let token = '';
 export function setToken(t) { token = (t || '').trim(); }
 export function hasToken() { return token !== ''; }
 
+// What the server's answers tell of its auth: 'unknown' until one came,
+// 'off' once a request without a token succeeded (auth is off, or local
+// mode), 'on' once one was refused 401. onAuthMode's listener hears the
+// first answer and every change.
+let authMode = 'unknown';
+let authListener = () => {};
+export function onAuthMode(fn) { authListener = fn; }
+function sawAuth(mode) {
+  if (mode === authMode) return;
+  authMode = mode;
+  authListener(mode);
+}
+
 export class APIError extends Error {
   constructor(status, code, message) {
     super(message);
@@ -35,6 +48,8 @@ async function call(method, path, body) {
   const text = await res.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
+  if (res.status === 401) sawAuth('on');
+  else if (res.ok && !token) sawAuth('off');
   if (!res.ok) {
     throw new APIError(res.status, data?.code ?? 0, data?.message || text || res.statusText);
   }

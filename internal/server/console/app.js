@@ -1,7 +1,7 @@
 // The agentd web console: sessions, a live retry timeline, credentials.
 // Plain ES modules, no build step; served by agentd at /console/.
 
-import { api, APIError, EventFollower, hasToken, setToken } from './api.js';
+import { api, APIError, EventFollower, hasToken, onAuthMode, setToken } from './api.js';
 
 // ---- small DOM helpers ----------------------------------------------------
 
@@ -85,7 +85,20 @@ function setAuthState(text, kind = '') {
   el.className = `pill ${kind}`;
 }
 
+// The token box shows only where the server asks for a token: with auth
+// off (or in local mode) there is nothing to paste.
+function showAuthMode(mode) {
+  const off = mode === 'off';
+  $('#token').hidden = off;
+  $('#use-token').hidden = off;
+  if (off) {
+    $('#forget-token').hidden = true;
+    setAuthState('auth off', 'muted');
+  }
+}
+
 function initToken() {
+  onAuthMode(showAuthMode);
   $('#token-form').addEventListener('submit', (e) => {
     e.preventDefault();
     const input = $('#token');
@@ -210,6 +223,8 @@ function showSession(id) {
     placeholder: 'Message… fault scripts make retries happen: hello [[faults: 529,429:retry-after=2,ok]]' });
   const send = h('button', { type: 'submit', id: 'send' }, 'Send');
   const form = h('form', { class: 'composer', id: 'prompt-form' }, textarea, send);
+  // Abort stops a running prompt: shown only while one runs.
+  const abort = h('button', { class: 'danger ghost', id: 'abort', hidden: true, onclick: () => act(() => api.abort(id)) }, 'Abort');
 
   view().replaceChildren(
     h('div', { class: 'session-head' },
@@ -217,7 +232,7 @@ function showSession(id) {
       h('h1', { class: 'mono' }, id),
       model, status, conn,
       h('label', { class: 'toggle' }, autoRetry, 'auto-retry'),
-      h('button', { class: 'danger ghost', id: 'abort', onclick: () => act(() => api.abort(id)) }, 'Abort')),
+      abort),
     h('div', { class: 'cols' },
       h('section', { class: 'panel chat' }, transcript, form),
       h('aside', { class: 'panel side' },
@@ -228,6 +243,7 @@ function showSession(id) {
     state.status = s;
     status.replaceChildren(statusPill(s));
     send.disabled = s === 'streaming' || s === 'retrying';
+    abort.hidden = !send.disabled;
   }
 
   async function act(fn) {
