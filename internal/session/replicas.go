@@ -1064,8 +1064,7 @@ func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, res
 		s.emit(Event{Type: EventAgentEnd, PromptID: promptID})
 	}
 	if attempt := res.attempt; attempt > 0 {
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: ErrOwnerLost})
-		s.chainEndedLocked(ChainInterrupted, attempt, ErrOwnerLost)
+		s.endChainLocked(promptID, chainEnd{outcome: ChainInterrupted, attempt: attempt, final: ErrOwnerLost})
 	}
 	n := len(s.context)
 	if n == 0 || s.context[n-1].Role != provider.RoleAssistant {

@@ -80,6 +80,11 @@ func (c stop) chainOutcome() string {
 	}
 }
 
+// chainEnd is the end of a retry chain the stop ended at attempt.
+func (c stop) chainEnd(attempt int) chainEnd {
+	return chainEnd{outcome: c.chainOutcome(), attempt: attempt, final: c.finalError()}
+}
+
 // abortError is the prompt_end error of a run the stop aborted outside a
 // retry chain's backoff.
 func (c stop) abortError() string {
@@ -168,9 +173,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	free := s.freeRetries
 	// 5. Past maxRetries: final failure, reporting the last attempted retry.
 	if attempt-free > settings.MaxRetries {
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt - 1, FinalError: errMsg})
-		s.chainEndedLocked(ChainMaxRetries, attempt-1, errMsg)
-		s.retryAttempt, s.gateOpen = 0, false
+		s.endChainLocked(promptID, chainEnd{outcome: ChainMaxRetries, attempt: attempt - 1, final: errMsg})
 		s.mu.Unlock()
 		return false, errMsg, stopNone
 	}
@@ -220,14 +223,10 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	if v.Class == retry.ClassRefusal && !fellBack {
 		// A classifier refusal continues only on a fallback model; without one
 		// the chain ends silently (no auto_retry_start), counters reset.
+		// The flow ends the chain silently; a chain that already announced
+		// retries still gets its end, so clients can close it.
 		s.mu.Lock()
-		if attempt > 1 {
-			// The flow ends the chain silently; a chain that already
-			// announced retries still gets its end, so clients can close it.
-			s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt - 1, FinalError: errMsg})
-		}
-		s.retryAttempt, s.gateOpen = 0, false
-		s.m.opts.Observer.ChainEnded(ChainRefusalNoFallback)
+		s.endChainLocked(promptID, chainEnd{outcome: ChainRefusalNoFallback, attempt: attempt - 1, final: errMsg, quiet: attempt == 1})
 		s.mu.Unlock()
 		return false, errMsg, stopNone
 	}
@@ -241,9 +240,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		final := fmt.Sprintf("%s %dms wait, exceeds retry.maxDelayMs (%dms). Original error: %s",
 			delayWording(plan.Source), plan.Delay.Milliseconds(), settings.MaxDelay.Milliseconds(), errMsg)
 		s.mu.Lock()
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: final})
-		s.chainEndedLocked(ChainMaxDelay, attempt, final)
-		s.retryAttempt, s.gateOpen = 0, false
+		s.endChainLocked(promptID, chainEnd{outcome: ChainMaxDelay, attempt: attempt, final: final})
 		s.mu.Unlock()
 		return false, final, stopNone
 	}
@@ -252,9 +249,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	if b := s.m.opts.Budget; b != nil && spendsBudget(switched, reasoningFix, t.allBlocked, v) && !b.Retry(ctx, model) {
 		final := fmt.Sprintf("%s for %s (%s). Original error: %s", finalBudget, model, v.Class, errMsg)
 		s.mu.Lock()
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: final})
-		s.chainEndedLocked(ChainBudgetExhausted, attempt, final)
-		s.retryAttempt, s.gateOpen = 0, false
+		s.endChainLocked(promptID, chainEnd{outcome: ChainBudgetExhausted, attempt: attempt, final: final})
 		s.mu.Unlock()
 		return false, final, stopNone
 	}
@@ -270,9 +265,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		// yet): the retry is cancelled before it starts.
 		s.retryAborted = false
 		by := s.takeChainStopLocked()
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: by.finalError()})
-		s.chainEndedLocked(by.chainOutcome(), attempt, by.finalError())
-		s.retryAttempt, s.gateOpen = 0, false
+		s.endChainLocked(promptID, by.chainEnd(attempt))
 		s.mu.Unlock()
 		return false, by.finalError(), by
 	}
@@ -355,9 +348,7 @@ func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, atte
 	}
 	if cancelled {
 		by := s.takeChainStopLocked()
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: attempt, FinalError: by.finalError()})
-		s.chainEndedLocked(by.chainOutcome(), attempt, by.finalError())
-		s.retryAttempt, s.gateOpen = 0, false
+		s.endChainLocked(promptID, by.chainEnd(attempt))
 		return false, by.finalError(), by
 	}
 	// 13. The continuation runs for the same prompt generation only; a stale

@@ -804,9 +804,7 @@ func (s *Session) chainSucceeded(promptID string) {
 			s.emit(Event{Type: EventRetryFallbackSucceeded, PromptID: promptID, Model: s.model, Role: s.fallback.role})
 			s.m.opts.Observer.FallbackSucceeded(s.fallback.role)
 		}
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: true, Attempt: s.retryAttempt})
-		s.chainEndedLocked(ChainSuccess, s.retryAttempt, "")
-		s.retryAttempt = 0
+		s.endChainLocked(promptID, chainEnd{outcome: ChainSuccess, attempt: s.retryAttempt, keepGate: true})
 	}
 }
 
@@ -827,20 +825,39 @@ func (s *Session) endChainIfOpen(promptID, outcome, finalError string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.retryAttempt > 0 {
-		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: false, Attempt: s.retryAttempt, FinalError: finalError})
-		s.chainEndedLocked(outcome, s.retryAttempt, finalError)
+		s.endChainLocked(promptID, chainEnd{outcome: outcome, attempt: s.retryAttempt, final: finalError})
 	}
 	s.retryAttempt, s.gateOpen, s.retryAborted, s.chainStop = 0, false, false, stopNone
 }
 
-// chainEndedLocked reports the end of a retry chain to the observer and
-// the log.
-func (s *Session) chainEndedLocked(outcome string, attempt int, finalError string) {
+// A chainEnd is how a retry chain ended.
+type chainEnd struct {
+	outcome string // one of the Chain outcomes
+	attempt int    // the attempt auto_retry_end reports
+	final   string // the final error ("" on success)
+	// quiet: the chain announced no retry, so no auto_retry_end (a refusal
+	// without a fallback on its first failure).
+	quiet bool
+	// keepGate: the gate stays open until the run ends (a recovered turn's
+	// tool calls finish first).
+	keepGate bool
+}
+
+// endChainLocked is the one place a retry chain ends: its auto_retry_end,
+// the observer and the log hear of it, and its counter (and gate) reset.
+func (s *Session) endChainLocked(promptID string, e chainEnd) {
+	if !e.quiet {
+		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: e.outcome == ChainSuccess, Attempt: e.attempt, FinalError: e.final})
+	}
+	s.retryAttempt = 0
+	if !e.keepGate {
+		s.gateOpen = false
+	}
 	if s.fenced {
 		// The chain goes on, or ends, on the replica taking the prompt over.
 		return
 	}
-	s.m.opts.Observer.ChainEnded(outcome)
-	s.m.log.Info("retry chain ended", "session", s.id, "outcome", outcome, "attempt", attempt,
-		"model", s.model, "credential", s.credential.ID, "final_error", finalError)
+	s.m.opts.Observer.ChainEnded(e.outcome)
+	s.m.log.Info("retry chain ended", "session", s.id, "outcome", e.outcome, "attempt", e.attempt,
+		"model", s.model, "credential", s.credential.ID, "final_error", e.final)
 }
