@@ -653,7 +653,7 @@ func mdRetry(b *strings.Builder, r *Result) {
 	}
 	fmt.Fprintf(b, "Redis round trips by component, on the Redis store: per prompt, and per failed attempt (the phase's per-prompt value "+
 		"less the happy path's, over its failed attempts). *credentials* is the credential store, *cooldowns* the model cooldowns, "+
-		"*sessions* the shared sessions (records, histories, events, leases, notifications), *other* the rest (connection "+
+		"*sessions* the shared sessions (records, histories, events, leases, notifications), *budget* the shared retry budget, *other* the rest (connection "+
 		"handshakes, PING, SCRIPT LOAD).\n\n")
 	fmt.Fprintf(b, "| phase |")
 	for _, c := range rtComponents {

@@ -313,7 +313,7 @@ func retryStore(ctx context.Context, e *Env, a *Agentd, redis *Redis, store stri
 // rtComponents are the components agentd counts its Redis round trips by
 // (the values of agentd_redis_round_trips_total's component label,
 // metrics.RedisComponents).
-var rtComponents = []string{"credentials", "cooldowns", "sessions", "other"}
+var rtComponents = []string{"credentials", "cooldowns", "sessions", "budget", "other"}
 
 // roundTrips reads agentd's Redis round trips by component from its
 // /metrics. A scrape costs round trips of its own — the handler refreshes
