@@ -209,7 +209,7 @@ func TestMarkdownAndTargets(t *testing.T) {
 	}
 	md := Markdown(res)
 	for _, s := range []string{"## Targets", "## overhead", "## capacity", "| 100 |", "## fanout", "## retry", "Decision/b", "boom",
-		"| redis | happy path | 100 | – | – | – | 15.00 | – | 40.00 |", "| credentials / prompt | cooldowns / prompt | sessions / prompt | other / prompt |",
+		"| redis | happy path | 100 | – | – | – | 15.00 | – | 40.00 |", "| credentials / prompt | cooldowns / prompt | sessions / prompt | budget / prompt | other / prompt |",
 		"| happy path | 0.00 | – | 14.50 | – |", "sessions 14.50 (by design)"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
