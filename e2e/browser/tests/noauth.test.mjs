@@ -1,5 +1,6 @@
-// The web console against an agentd without auth: no token box, and the
-// Abort button only while a prompt runs.
+// The web console against an agentd without auth: no token box, the
+// Abort button only while a prompt runs, and a session deleted elsewhere
+// said so (its event stream's final NOT_FOUND frame).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startAgentd } from '../lib/agentd.mjs';
@@ -53,4 +54,20 @@ test('Abort shows only while a prompt runs', async () => {
   await page.waitForSelector('.entry[data-type=prompt_end]');
   await page.waitForSelector('#session-status .status-idle');
   await page.waitForSelector('#abort', { state: 'hidden' });
+});
+
+test('a session deleted elsewhere: the view says so and stops following', async () => {
+  await page.goto(`${agentd.base}/console/#/sessions`);
+  await page.click('#new-session button[type=submit]');
+  await page.waitForURL(/#\/sessions\/ses_/);
+  await page.waitForSelector('#session-status .status-idle');
+  const id = decodeURIComponent(page.url().split('#/sessions/')[1]);
+  await page.fill('#prompt-text', 'hello');
+  await page.click('#send');
+  await page.waitForSelector('.entry[data-type=prompt_end]');
+  await page.waitForSelector('#conn.live');
+  const res = await fetch(`${agentd.base}/v1/sessions/${id}`, { method: 'DELETE' });
+  assert.equal(res.status, 200);
+  await page.waitForSelector('#notice:has-text("was deleted")');
+  await page.waitForSelector('#conn.offline');
 });

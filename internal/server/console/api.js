@@ -162,6 +162,12 @@ export class EventFollower {
         let st = {};
         try { st = JSON.parse(e.data); } catch { /* keep {} */ }
         es.close();
+        if (st.code === 5) {
+          // NOT_FOUND: the session was deleted (here or on another replica).
+          this.onStatus('offline', st.message);
+          this.onProblem(new APIError(404, 5, st.message || 'the session was deleted'));
+          return;
+        }
         if (st.code === 11) {
           // OUT_OF_RANGE: the events after lastSeq are gone; go on from the
           // oldest the server still holds.
