@@ -45,7 +45,7 @@ type ResumeError struct {
 }
 
 func (e *ResumeError) Error() string {
-	return fmt.Sprintf("this replica lost the session's lease (another replica goes on with the prompt); resume after seq %d, on any replica", e.After)
+	return fmt.Sprintf("session lease lost: this replica no longer runs the prompt (another replica goes on with it); resume after seq %d, on any replica", e.After)
 }
 
 // Is makes errors.Is(err, ErrResume) true.

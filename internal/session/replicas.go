@@ -1064,7 +1064,8 @@ func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, res
 		s.emit(Event{Type: EventAgentEnd, PromptID: promptID})
 	}
 	if attempt := res.attempt; attempt > 0 {
-		s.endChainLocked(promptID, chainEnd{outcome: ChainInterrupted, attempt: attempt, final: ErrOwnerLost})
+		// The chain ended because its owner lost the session's lease.
+		s.endChainLocked(promptID, chainEnd{outcome: ChainInterrupted, attempt: attempt, final: finalLeaseLost})
 	}
 	n := len(s.context)
 	if n == 0 || s.context[n-1].Role != provider.RoleAssistant {

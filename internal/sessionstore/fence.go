@@ -60,6 +60,16 @@ func (f *fences) lose(id string) {
 	f.mu.Unlock()
 }
 
+// loseEpoch marks the lease of id lost when it is the one of epoch (a
+// refused write of an older lease does not touch a newer one).
+func (f *fences) loseEpoch(id, epoch string) {
+	f.mu.Lock()
+	if ep, ok := f.m[id]; ok && (ep == epoch || epoch == "") {
+		f.m[id] = lostEpoch
+	}
+	f.mu.Unlock()
+}
+
 func (f *fences) set(id, epoch string) {
 	f.mu.Lock()
 	if f.m == nil {

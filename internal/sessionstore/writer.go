@@ -59,6 +59,10 @@ type item struct {
 	n  uint64
 	id string
 	e  session.Event
+	// The fence of the lease the event was emitted under ("": none): a
+	// queued event is written under it, or not at all, whatever this
+	// replica holds by the time it is written.
+	replica, epoch string
 }
 
 // pending is what Flush needs of a session: the numbers of its latest
@@ -95,6 +99,7 @@ func (r *Redis) AppendEvent(id string, e session.Event) {
 		e.SessionID = id
 	}
 	w := r.w
+	replica, epoch := r.fences.of(r.id, id)
 	w.mu.Lock()
 	if w.closing {
 		w.mu.Unlock()
@@ -102,7 +107,7 @@ func (r *Redis) AppendEvent(id string, e session.Event) {
 		return
 	}
 	w.queued++
-	w.queue = append(w.queue, item{n: w.queued, id: id, e: e})
+	w.queue = append(w.queue, item{n: w.queued, id: id, e: e, replica: replica, epoch: epoch})
 	p := w.pending[id]
 	if p == nil {
 		p = &pending{done: w.queued - 1}
@@ -332,20 +337,23 @@ func (w *writer) write(batch []item) (retry []item) {
 	ctx, cancel := context.WithTimeout(w.ctx, r.o.Timeout)
 	defer cancel()
 	// The batch's sessions in order of their first event, each with its
-	// items (in seq order: they were queued so).
+	// items (in seq order: they were queued so), split where the lease
+	// they were emitted under changes.
 	type run struct {
 		id    string
 		items []item
 		call  *scriptCall
 		pub   *redis.IntCmd
 	}
+	type runKey struct{ id, epoch string }
 	var runs []*run
-	byID := map[string]*run{}
+	byKey := map[runKey]*run{}
 	for _, it := range batch {
-		ru := byID[it.id]
+		k := runKey{it.id, it.epoch}
+		ru := byKey[k]
 		if ru == nil {
 			ru = &run{id: it.id}
-			byID[it.id] = ru
+			byKey[k] = ru
 			runs = append(runs, ru)
 		}
 		ru.items = append(ru.items, it)
@@ -353,7 +361,7 @@ func (w *writer) write(batch []item) (retry []item) {
 	var encodeErr map[string]error
 	_ = r.pipeScripts(ctx, func(pipe redis.Pipeliner, call scriptRunner) {
 		for _, ru := range runs {
-			args := r.fencedArgs(ru.id, int64(r.o.EventBuffer))
+			args := []any{ru.items[0].replica, ru.items[0].epoch, orphanTTL.Milliseconds(), int64(r.o.EventBuffer)}
 			for _, it := range ru.items {
 				data, err := json.Marshal(it.e)
 				if err != nil {
@@ -393,14 +401,17 @@ func (w *writer) write(batch []item) (retry []item) {
 			reply, cerr := ru.call.cmd.Slice()
 			switch {
 			case isFenced(cerr):
-				r.fences.lose(ru.id)
+				r.fences.loseEpoch(ru.id, ru.items[0].epoch)
 				err = session.ErrFenced
 			case cerr != nil:
 				failed++
 				if firstErr == nil {
 					firstErr = cerr
 				}
-				retry = append(retry, ru.items...)
+				if _, live := w.pending[ru.id]; live {
+					// Not forgotten meanwhile (a Remove, a Release).
+					retry = append(retry, ru.items...)
+				}
 				continue
 			default:
 				status, _ := firstInt(reply)
@@ -410,7 +421,7 @@ func (w *writer) write(batch []item) (retry []item) {
 				}
 				stored = uint64(top)
 				if status != 1 {
-					r.fences.lose(ru.id)
+					r.fences.loseEpoch(ru.id, ru.items[0].epoch)
 					err = fmt.Errorf("%w: the stored stream ends at seq %d, before seq %d", session.ErrEventsLost, top, ru.items[0].e.Seq)
 				}
 			}
@@ -422,8 +433,14 @@ func (w *writer) write(batch []item) (retry []item) {
 			w.handledLocked(it, err)
 		}
 		if err != nil {
-			// What is queued of the session is lost too.
-			w.dropSessionLocked(ru.id, err)
+			// What is queued of the session under that lease is lost too.
+			w.dropSessionLocked(ru.id, ru.items[0].epoch, err)
+			if _, now := r.fences.of(r.id, ru.id); now != lostEpoch && now != ru.items[0].epoch {
+				// Events of an older lease: the session's prompt now runs
+				// under another, which this does not concern.
+				r.log.Warn("session store: events of an earlier lease not stored", "session", ru.id, "err", err)
+				continue
+			}
 		}
 		told = append(told, outcome{ru.id, stored, err})
 	}
@@ -450,11 +467,12 @@ func (w *writer) write(batch []item) (retry []item) {
 	return retry
 }
 
-// dropSessionLocked drops what is queued of id, its events lost by err.
-func (w *writer) dropSessionLocked(id string, err error) {
+// dropSessionLocked drops what is queued of id under the lease of epoch,
+// its events lost by err.
+func (w *writer) dropSessionLocked(id, epoch string, err error) {
 	kept := w.queue[:0]
 	for _, it := range w.queue {
-		if it.id == id {
+		if it.id == id && it.epoch == epoch {
 			w.handledLocked(it, err)
 			continue
 		}
