@@ -592,11 +592,17 @@ func untilResume(t *testing.T, sub *session.Subscription) ([]session.Event, *ses
 	}
 }
 
+// storedLog is what the history checker reads of a store.
+type storedLog interface {
+	Flush(ctx context.Context, id string) error
+	Events(ctx context.Context, id string, after uint64, count int) ([]session.Event, error)
+}
+
 // checkLog is the history checker: the stored log of session id runs from
 // seq 1 (or the oldest kept) without a gap, every prompt in it ends with
 // exactly one prompt_end, and every event a client saw (seen, any number
 // of readers' events) is the stored event of its seq.
-func checkLog(t *testing.T, st *sessionstore.Redis, id string, seen ...[]session.Event) {
+func checkLog(t *testing.T, st storedLog, id string, seen ...[]session.Event) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

@@ -156,21 +156,19 @@ return 1
 	// seq and an event's JSON per event, in seq order → {1, newest seq}
 	// when stored (events at or below the stream's newest are skipped:
 	// written already, by a batch retried after a lost reply), {0, newest
-	// seq} when, in a fenced write, the first new event does not follow the
-	// newest stored one (the stream lost events: a failover's unreplicated
-	// writes; nothing is written).
+	// seq} when, in a fenced write, a new event does not follow the newest
+	// stored one (the stream lost events: a failover's unreplicated writes;
+	// nothing from it on is written).
 	eventsScript = redis.NewScript(fenceCheck + `
 local top = 0
 local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
 if #last > 0 then top = tonumber(string.match(last[1][1], '^(%d+)')) end
-local first = true
 for i = 5, #ARGV, 2 do
   local seq = tonumber(ARGV[i])
   if seq > top then
-    if first and ARGV[1] ~= '' and seq ~= top + 1 then
+    if ARGV[1] ~= '' and seq ~= top + 1 then
       return {0, top}
     end
-    first = false
     redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], ARGV[i] .. '-0', 'e', ARGV[i + 1])
     top = seq
   end

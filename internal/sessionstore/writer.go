@@ -422,7 +422,7 @@ func (w *writer) write(batch []item) (retry []item) {
 				stored = uint64(top)
 				if status != 1 {
 					r.fences.loseEpoch(ru.id, ru.items[0].epoch)
-					err = fmt.Errorf("%w: the stored stream ends at seq %d, before seq %d", session.ErrEventsLost, top, ru.items[0].e.Seq)
+					err = fmt.Errorf("%w: the stored stream ends at seq %d, short of the events after it", session.ErrEventsLost, top)
 				}
 			}
 		}
