@@ -187,10 +187,7 @@ type chatChunk struct {
 		} `json:"delta"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *openAIUsage    `json:"usage"`
 	Error json.RawMessage `json:"error"`
 }
 
@@ -210,7 +207,7 @@ func (s *chatStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, erro
 		return &r, nil
 	}
 	if ch.Usage != nil {
-		a.Usage = provider.Usage{InputTokens: ch.Usage.PromptTokens, OutputTokens: ch.Usage.CompletionTokens}
+		a.Usage = ch.Usage.usage()
 	}
 	if len(ch.Choices) == 0 {
 		return nil, nil

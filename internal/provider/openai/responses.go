@@ -248,10 +248,7 @@ type responseObject struct {
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
 	} `json:"incomplete_details"`
-	Usage *struct {
-		InputTokens  int64 `json:"input_tokens"`
-		OutputTokens int64 `json:"output_tokens"`
-	} `json:"usage"`
+	Usage *openAIUsage `json:"usage"`
 }
 
 type responsesEvent struct {
@@ -302,7 +299,7 @@ func (s *responsesStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result,
 			s.responseID = r.ID
 		}
 		if u := r.Usage; u != nil {
-			a.Usage = provider.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+			a.Usage = u.usage()
 		}
 	}
 	key := itemKey(e.ItemID, e.OutputIndex)
