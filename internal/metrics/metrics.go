@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/agentd/agentd/internal/config"
+	agentprovider "github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
 )
@@ -42,8 +43,19 @@ var (
 	BlockReasons = []string{"hint", "estimate"}
 	// StoreOps are the credential-store operations.
 	StoreOps = []string{"pick", "block", "redeem", "add", "delete", "list"}
+	// TokenKinds are the kinds of token agentd_tokens_total counts.
+	TokenKinds = []string{TokensInput, TokensOutput, TokensCacheRead, TokensCacheWrite, TokensReasoning}
 	// RedisComponents are the parts of agentd a Redis round trip serves.
 	RedisComponents = []string{ComponentCredentials, ComponentCooldowns, ComponentSessions, Other}
+)
+
+// Token kinds (agentd_tokens_total's kind label).
+const (
+	TokensInput      = "input"
+	TokensOutput     = "output"
+	TokensCacheRead  = "cache_read"
+	TokensCacheWrite = "cache_write"
+	TokensReasoning  = "reasoning"
 )
 
 // Options give the closed label sets that depend on the configuration.
@@ -85,6 +97,9 @@ type Metrics struct {
 	RedisRoundTrips    *prometheus.CounterVec
 	RedisRoundTripTime *prometheus.HistogramVec
 	RedisErrors        *prometheus.CounterVec
+	Tokens             *prometheus.CounterVec
+	Cost               *prometheus.CounterVec
+	RetryWastedTokens  *prometheus.CounterVec
 }
 
 var _ session.Observer = (*Metrics)(nil)
@@ -159,6 +174,15 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",
 			Help: "Round trips to Redis that failed (neither a nil reply nor an error go-redis recovers from, such as NOSCRIPT), by the component whose key they touch."},
 			[]string{"component"}),
+		Tokens: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "tokens_total",
+			Help: "Tokens model calls used, failed attempts included, by provider, model and kind: input (neither read from nor written to the prompt cache), output (reasoning included), cache_read, cache_write, reasoning (the reasoning part of output)."},
+			[]string{"provider", "model", "kind"}),
+		Cost: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "cost_usd_total",
+			Help: "Cost in USD of the model calls whose model the catalog prices, failed attempts included, by provider and model."},
+			[]string{"provider", "model"}),
+		RetryWastedTokens: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retry_wasted_tokens_total",
+			Help: "Tokens (every kind but reasoning, which is part of output) used by failed calls that a retry or fallback threw away, by provider and model."},
+			[]string{"provider", "model"}),
 	}
 	m.initialize()
 	return m
@@ -173,6 +197,11 @@ func (m *Metrics) initialize() {
 			for _, c := range Classes {
 				m.RetryAttempts.WithLabelValues(p, mod, c)
 			}
+			for _, k := range TokenKinds {
+				m.Tokens.WithLabelValues(p, mod, k)
+			}
+			m.Cost.WithLabelValues(p, mod)
+			m.RetryWastedTokens.WithLabelValues(p, mod)
 		}
 		for _, r := range BlockReasons {
 			m.CredentialBlocks.WithLabelValues(p, r)
@@ -253,6 +282,26 @@ func (m *Metrics) ModelCalled(c session.Call) {
 	}
 	if c.StopReason == "error" {
 		m.ProviderErrors.WithLabelValues(p, status(c.Status), closed(c.Class, Classes)).Inc()
+	}
+	mod := m.model(c.Model)
+	for _, k := range []struct {
+		kind string
+		n    int64
+	}{{TokensInput, c.Usage.InputTokens}, {TokensOutput, c.Usage.OutputTokens}, {TokensCacheRead, c.Usage.CacheReadTokens},
+		{TokensCacheWrite, c.Usage.CacheWriteTokens}, {TokensReasoning, c.Usage.ReasoningTokens}} {
+		if k.n > 0 {
+			m.Tokens.WithLabelValues(p, mod, k.kind).Add(float64(k.n))
+		}
+	}
+	if c.CostUSD != nil && *c.CostUSD > 0 {
+		m.Cost.WithLabelValues(p, mod).Add(*c.CostUSD)
+	}
+}
+
+// RetryWasted implements session.Observer.
+func (m *Metrics) RetryWasted(provider, model string, u agentprovider.Usage) {
+	if n := u.Total(); n > 0 {
+		m.RetryWastedTokens.WithLabelValues(m.provider(provider), m.model(model)).Add(float64(n))
 	}
 }
 

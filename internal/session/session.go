@@ -96,6 +96,13 @@ type Session struct {
 	}
 	fallback *activeFallback
 	waiting  *toolWait // the tool calls the run waits for
+
+	// What the session's model calls spent (persisted with the record),
+	// and what the running prompt's did, and of that what its retries
+	// threw away (prompt_end).
+	spent     Spend
+	runSpent  Spend
+	runWasted Spend
 }
 
 // ID is the session's identifier.
@@ -115,6 +122,10 @@ type State struct {
 	MessageCount                                        int
 	// PendingToolCalls are the tool calls the run waits for results of.
 	PendingToolCalls []ToolCall
+	// Usage is every model call's of the session, failed attempts included;
+	// CostUSD their cost, nil when the catalog prices none of them.
+	Usage   provider.Usage
+	CostUSD *float64
 }
 
 // State returns a snapshot of the session.
@@ -125,7 +136,7 @@ func (s *Session) State() State {
 		ID: s.id, Tenant: s.tenant, Model: s.model, PrimaryModel: s.primary, Role: s.role,
 		SystemPrompt: s.system, IsRetrying: s.gateOpen, RetryAttempt: s.retryAttempt,
 		Retry: s.settings, Tools: s.tools, Params: s.params, Created: s.created, LastSeq: s.log.lastSeq(),
-		MessageCount: s.entries, Status: StatusIdle,
+		MessageCount: s.entries, Status: StatusIdle, Usage: s.spent.Usage, CostUSD: s.spent.Cost(),
 	}
 	if w := s.waiting; w != nil {
 		for _, p := range w.calls {
@@ -381,7 +392,12 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 // persistLocked appends an entry to the persisted history and returns its
 // index.
 func (s *Session) persistLocked(ctx context.Context, promptID string, msg provider.Message, mc *ModelChange) (int64, error) {
-	e := Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg, ModelChange: mc}
+	return s.persistEntryLocked(ctx, Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg, ModelChange: mc})
+}
+
+// persistEntryLocked appends e to the persisted history and returns its
+// index.
+func (s *Session) persistEntryLocked(ctx context.Context, e Entry) (int64, error) {
 	idx, err := s.m.opts.History.Append(context.WithoutCancel(ctx), s.id, e)
 	if err != nil {
 		if s.m.opts.Shared != nil {
@@ -395,7 +411,14 @@ func (s *Session) persistLocked(ctx context.Context, promptID string, msg provid
 
 // appendContextLocked persists msg and appends it to the runtime context.
 func (s *Session) appendContextLocked(ctx context.Context, promptID string, msg provider.Message) error {
-	idx, err := s.persistLocked(ctx, promptID, msg, nil)
+	return s.appendEntryLocked(ctx, Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg})
+}
+
+// appendEntryLocked persists e and appends its message to the runtime
+// context.
+func (s *Session) appendEntryLocked(ctx context.Context, e Entry) error {
+	msg := e.Message
+	idx, err := s.persistEntryLocked(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -425,6 +448,9 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	defer cancel()
 	stopLease := s.keepLease(promptID)
 	started := time.Now()
+	s.mu.Lock()
+	s.runSpent, s.runWasted = Spend{}, Spend{}
+	s.mu.Unlock()
 	var outcome, errText string
 	switch {
 	case res != nil && res.lost:
@@ -471,7 +497,9 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		// Before prompt_end: a client that saw it may start another.
 		s.m.prompts.put(s.tenant)
 	}
-	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText})
+	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText,
+		Usage: usagePtr(s.runSpent.Usage), CostUSD: s.runSpent.Cost(),
+		RetryUsage: usagePtr(s.runWasted.Usage), RetryCostUSD: s.runWasted.Cost()})
 	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
 	if shared {
 		s.ending = true
@@ -540,6 +568,12 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call in
 			return OutcomeFailed, msg.ErrorMessage
 		}
 		cont, final, by := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback, call)
+		if cont {
+			// The failed call is thrown away: the retry goes on without it.
+			s.mu.Lock()
+			s.wasteLocked(&t)
+			s.mu.Unlock()
+		}
 		if !cont {
 			if ctx.Err() != nil || by != stopNone {
 				return OutcomeAborted, final
@@ -581,6 +615,8 @@ func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (tur
 type turn struct {
 	provider.Result
 	verdict retry.Verdict
+	// cost is the call's cost, nil when unpriced.
+	cost *float64
 	// allBlocked: no credential could be picked; allBlockedFor is the time
 	// until the earliest blocked one frees up.
 	allBlocked    bool
@@ -659,7 +695,8 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		s.emit(e)
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
-	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason}
+	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason,
+		Usage: t.Usage, CostUSD: t.cost}
 	if t.Message.StopReason == provider.StopError {
 		if t.Failure != nil {
 			c.Status = t.Failure.Status
@@ -713,8 +750,10 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, origin
 		stripIncompleteToolCalls(msg)
 	}
 	var v retry.Verdict
+	cost := s.m.costOf(model, res.Usage)
 	end := Event{Type: EventMessageEnd, PromptID: promptID, Model: model, StopReason: msg.StopReason,
-		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text()}
+		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text(),
+		Usage: usagePtr(res.Usage), CostUSD: cost}
 	if msg.StopReason == provider.StopError {
 		if verdict != nil {
 			v = *verdict
@@ -726,12 +765,15 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, origin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streaming = false
+	s.spent.add(res.Usage, cost)
+	s.runSpent.add(res.Usage, cost)
 	// The history keeps every entry, error entries included.
-	if err := s.appendContextLocked(ctx, promptID, *msg); err != nil {
+	e := Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: *msg, Usage: usagePtr(res.Usage), CostUSD: cost}
+	if err := s.appendEntryLocked(ctx, e); err != nil {
 		s.m.log.Error("persist assistant message", "session", s.id, "err", err)
 	}
 	s.emit(end)
-	return turn{Result: res, verdict: v}
+	return turn{Result: res, verdict: v, cost: cost}
 }
 
 // failureOf turns a provider result into the retry engine's input.

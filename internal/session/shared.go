@@ -181,6 +181,9 @@ type Mutable struct {
 	Model    string         `json:"model"`
 	Settings retry.Settings `json:"settings"`
 	Fallback *FallbackState `json:"fallback,omitempty"`
+	// Spent is what the session's model calls spent so far (nil in
+	// records written before it was kept: nothing known).
+	Spent *Spend `json:"spent,omitempty"`
 }
 
 // FallbackState is a session's active model fallback.
