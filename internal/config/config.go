@@ -215,7 +215,24 @@ type Provider struct {
 	// Simulated provider pacing.
 	FirstTokenDelayMs int64 `yaml:"first_token_delay_ms"`
 	TokenDelayMs      int64 `yaml:"token_delay_ms"`
+	// PromptCache (default true) uses the provider's prompt cache:
+	// Anthropic cache breakpoints, OpenAI prompt_cache_key (the session
+	// id), the simulated provider's cache. false turns it off.
+	PromptCache *bool `yaml:"prompt_cache"`
+	// StickyCredentials (default true) keeps each session on the
+	// credential it used last while that one is available (the prompt
+	// cache is per account); sessions are spread over the credentials when
+	// they start. false: every call takes the next credential in rotation.
+	StickyCredentials *bool `yaml:"sticky_credentials"`
 }
+
+// PromptCacheOn reports whether the provider uses its prompt cache
+// (prompt_cache, default true).
+func (p Provider) PromptCacheOn() bool { return p.PromptCache == nil || *p.PromptCache }
+
+// Sticky reports whether sessions keep their credential
+// (sticky_credentials, default true).
+func (p Provider) Sticky() bool { return p.StickyCredentials == nil || *p.StickyCredentials }
 
 // Credential is one secret of a provider.
 type Credential struct {

@@ -141,7 +141,8 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		if err != nil {
 			return nil, fmt.Errorf("providers %s: %w", pc.Name, err)
 		}
-		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(), Client: client})
+		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(),
+			RotateCredentials: !pc.Sticky(), Client: client})
 		providerNames[pc.Name] = true
 	}
 	s.sessions = session.NewManager(session.Options{
@@ -240,10 +241,11 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 		return simProvider{sim.New(sim.Options{
 			FirstTokenDelay: time.Duration(pc.FirstTokenDelayMs) * time.Millisecond,
 			TokenDelay:      time.Duration(pc.TokenDelayMs) * time.Millisecond,
+			NoPromptCache:   !pc.PromptCacheOn(),
 		})}, nil
 	case provider.KindAnthropic:
 		return anthropic.New(anthropic.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
-			Headers: pc.Headers, AuthHeader: pc.AuthHeader, MaxTokens: pc.MaxTokens}), nil
+			Headers: pc.Headers, AuthHeader: pc.AuthHeader, MaxTokens: pc.MaxTokens, NoPromptCache: !pc.PromptCacheOn()}), nil
 	case provider.KindOpenAIResponses, provider.KindOpenAIChat:
 		api := openai.APIResponses
 		if pc.Kind == provider.KindOpenAIChat {
@@ -251,7 +253,7 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 		}
 		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses,
-			EncryptedReasoning: pc.EncryptedReasoning}), nil
+			EncryptedReasoning: pc.EncryptedReasoning, NoPromptCache: !pc.PromptCacheOn()}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}

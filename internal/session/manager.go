@@ -72,7 +72,11 @@ type Provider struct {
 	// Catalog is what the configuration's model catalog says of its models,
 	// by name (a model without an entry is unknown: nothing is checked).
 	Catalog map[string]provider.ModelInfo
-	Client  provider.Provider
+	// RotateCredentials: every call takes the next credential in rotation
+	// (Credentials.Pick without a preference) instead of keeping the
+	// session's.
+	RotateCredentials bool
+	Client            provider.Provider
 }
 
 // ModelInfo is the catalog's entry for model (Name set even when the
@@ -95,7 +99,12 @@ type Credentials interface {
 	// Pick returns the credential for a session of tenant's next call to
 	// the provider, from tenant's pool (its own credentials, then the
 	// server's); ok is false when the provider has none (the simulated one).
-	Pick(ctx context.Context, tenant, providerName string) (c provider.Credential, ok bool, err error)
+	// prefer is the credential the session used last: it is kept while it
+	// is in the pool and available (the provider's prompt cache is per
+	// account), without moving the pool's rotation; "" (a session's first
+	// call to the provider) picks in rotation, which spreads sessions over
+	// the siblings.
+	Pick(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error)
 	// UsageLimited is step 7 of the retry flow: it records that cred (of
 	// tenant's pool) hit a usage limit for window (the provider's hint when
 	// fromProvider, else the retry engine's estimate) and tries to switch to

@@ -103,6 +103,14 @@ type Session struct {
 	spent     Spend
 	runSpent  Spend
 	runWasted Spend
+	// sticky is the credential the session used last, by provider name:
+	// its next call to the provider keeps it while it is available.
+	// warmModel and warmAccount are where the session's last call that
+	// read a prompt went (provider/model and credential account): the
+	// prompt cache it has.
+	sticky      map[string]string
+	warmModel   string
+	warmAccount string
 }
 
 // ID is the session's identifier.
@@ -648,7 +656,13 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	if s.m.opts.Credentials != nil && switched.provider == p.Name && switched.cred.ID != "" {
 		req.Credential = switched.cred
 	} else if s.m.opts.Credentials != nil {
-		cred, _, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name)
+		var prefer string
+		if !p.RotateCredentials {
+			s.mu.Lock()
+			prefer = s.sticky[p.Name]
+			s.mu.Unlock()
+		}
+		cred, _, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name, prefer)
 		if err != nil {
 			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
 			res := provider.Result{Message: provider.Message{
@@ -672,6 +686,11 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		req.Credential = cred
 		s.mu.Lock()
 		s.credential = cred
+		s.mu.Unlock()
+	}
+	if req.Credential.ID != "" {
+		s.mu.Lock()
+		s.stickLocked(p.Name, req.Credential.ID)
 		s.mu.Unlock()
 	}
 	// The runtime context as this call's target may take it: reasoning
@@ -765,6 +784,9 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, origin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streaming = false
+	if res.Usage.PromptTokens() > 0 {
+		s.warmModel, s.warmAccount = model, origin.Account
+	}
 	s.spent.add(res.Usage, cost)
 	s.runSpent.add(res.Usage, cost)
 	// The history keeps every entry, error entries included.

@@ -59,3 +59,26 @@ func (s *Session) wasteLocked(t *turn) {
 	model := t.Message.Model
 	s.m.opts.Observer.RetryWasted(s.m.providerOf(model).Name, model, t.Usage)
 }
+
+// stickLocked makes credID the credential the session keeps for
+// providerName.
+func (s *Session) stickLocked(providerName, credID string) {
+	if s.sticky == nil {
+		s.sticky = map[string]string{}
+	}
+	s.sticky[providerName] = credID
+}
+
+// modelCacheLostLocked reports whether a change of the session's model to
+// to moves it off the prompt cache it has: a provider's cache holds one
+// model's prompts, and the session's is where its last call that read a
+// prompt went.
+func (s *Session) modelCacheLostLocked(to string) bool {
+	return s.warmModel != "" && s.warmModel != to
+}
+
+// credentialCacheLostLocked reports whether a switch to credential to
+// moves the session off its prompt cache: the cache is per account.
+func (s *Session) credentialCacheLostLocked(to provider.Credential) bool {
+	return s.warmModel != "" && s.warmAccount != to.AccountName()
+}

@@ -51,6 +51,9 @@ type Options struct {
 	MaxTokens int
 	// Version is the anthropic-version header; empty: DefaultVersion.
 	Version string
+	// NoPromptCache sends no cache_control marks (see requestBody): the
+	// API then caches nothing.
+	NoPromptCache bool
 }
 
 // Client calls the Anthropic Messages API. It is safe for concurrent use.

@@ -24,6 +24,7 @@ type chatRequest struct {
 	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	PromptCacheKey      string         `json:"prompt_cache_key,omitempty"`
 }
 
 type streamOptions struct {
@@ -149,7 +150,11 @@ func chatBody(req *provider.Request, noStreamOptions bool) chatRequest {
 }
 
 func (c *Client) streamChat(ctx context.Context, req *provider.Request, a *wire.Acc) provider.Result {
-	hreq, err := c.newRequest(req, chatBody(req, c.opts.ChatNoStreamOptions))
+	body := chatBody(req, c.opts.ChatNoStreamOptions)
+	if !c.opts.NoPromptCache {
+		body.PromptCacheKey = req.SessionID
+	}
+	hreq, err := c.newRequest(req, body)
 	if err != nil {
 		return a.Fail("openai: "+err.Error(), "", nil)
 	}

@@ -28,6 +28,7 @@ type responsesRequest struct {
 	PreviousResponseID string          `json:"previous_response_id,omitempty"`
 	Store              bool            `json:"store"`
 	Stream             bool            `json:"stream"`
+	PromptCacheKey     string          `json:"prompt_cache_key,omitempty"`
 }
 
 // reasoningParam is the request's reasoning: {"effort", "summary"}.
@@ -171,6 +172,9 @@ func (c *Client) streamResponses(ctx context.Context, req *provider.Request, a *
 	}
 	if c.opts.EncryptedReasoning {
 		body.Include = []string{includeEncryptedReasoning}
+	}
+	if !c.opts.NoPromptCache {
+		body.PromptCacheKey = req.SessionID
 	}
 	for _, t := range req.Tools {
 		body.Tools = append(body.Tools, responsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: toolSchema(t)})

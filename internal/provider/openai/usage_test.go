@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/agentd/agentd/internal/provider"
@@ -42,5 +43,37 @@ func TestUsageKeptOnFailure(t *testing.T) {
 	}
 	if want := (provider.Usage{InputTokens: 40, CacheReadTokens: 1024, OutputTokens: 2}); res.Usage != want {
 		t.Errorf("usage = %+v, want %+v", res.Usage, want)
+	}
+}
+
+// Every request carries its session's id as prompt_cache_key (both APIs),
+// so that a session's calls meet its cached prefix; turned off, none.
+func TestPromptCacheKey(t *testing.T) {
+	for _, api := range apis {
+		for _, off := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/off=%v", api, off), func(t *testing.T) {
+				s := newServer(t, providertest.Options{})
+				c := newClient(t, Options{API: api, BaseURL: s.URL + "/v1", NoPromptCache: off})
+				req := request()
+				req.SessionID = "ses_0123"
+				for range 2 {
+					streamT(t, c, req)
+				}
+				reqs, err := s.WaitRequests(testCtx(t), 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, r := range reqs {
+					var body map[string]any
+					if err := r.JSON(&body); err != nil {
+						t.Fatal(err)
+					}
+					key, has := body["prompt_cache_key"]
+					if off && has || !off && key != "ses_0123" {
+						t.Errorf("request %d: prompt_cache_key %v (present %v), off %v", i, key, has, off)
+					}
+				}
+			})
+		}
 	}
 }
