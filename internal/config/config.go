@@ -34,6 +34,28 @@ type Config struct {
 	HTTP      HTTP       `yaml:"http"`
 	Limits    Limits     `yaml:"limits"`
 	Metrics   Metrics    `yaml:"metrics"`
+	Telemetry Telemetry  `yaml:"telemetry"`
+}
+
+// Telemetry configures OpenTelemetry tracing (off by default).
+type Telemetry struct {
+	OTLP OTLP `yaml:"otlp"`
+	// CaptureContent puts prompt and answer text on the spans (as span
+	// events); off by default: spans carry no prompt text.
+	CaptureContent bool `yaml:"capture_content"`
+	// ServiceName is the traces' service.name (default "agentd").
+	ServiceName string `yaml:"service_name"`
+}
+
+// OTLP is the OTLP/gRPC trace exporter's target.
+type OTLP struct {
+	// Endpoint is host:port of an OTLP/gRPC receiver (an OpenTelemetry
+	// Collector, Jaeger, Tempo…), e.g. 127.0.0.1:4317; empty: tracing off.
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends without TLS (a collector on the same host or pod).
+	// Headers (a hosted backend's API key) come from the exporter's own
+	// OTEL_EXPORTER_OTLP_HEADERS, never from this file.
+	Insecure bool `yaml:"insecure"`
 }
 
 // Metrics places the Prometheus endpoint.
@@ -396,6 +418,14 @@ func (c *Config) finish() error {
 	}
 	if err := c.checkListen(); err != nil {
 		return err
+	}
+	if e := c.Telemetry.OTLP.Endpoint; e != "" {
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			return fmt.Errorf("config: telemetry.otlp.endpoint: %q is not host:port", e)
+		}
+	}
+	if c.Telemetry.ServiceName == "" {
+		c.Telemetry.ServiceName = "agentd"
 	}
 	if _, err := c.RetrySettings(); err != nil {
 		return err

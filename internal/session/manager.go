@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 )
@@ -156,6 +158,11 @@ type Options struct {
 	// Now is the clock of event and history timestamps; nil uses time.Now.
 	// Timers use the time package, so tests control them with testing/synctest.
 	Now func() time.Time
+	// Tracer, when set, traces every prompt: a span per prompt and a child
+	// span per model call attempt (see trace.go). Nil: no tracing, at no
+	// cost. CaptureContent puts prompt and answer text on the spans.
+	Tracer         trace.Tracer
+	CaptureContent bool
 }
 
 // Manager is the registry of sessions.
@@ -213,6 +220,10 @@ func NewManager(opts Options) *Manager {
 	opts.Limits = opts.Limits.withDefaults()
 	m := &Manager{opts: opts, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
 		followed: map[*Session]struct{}{}}
+	if opts.Tracer != nil {
+		// Log lines about a session carry its running prompt's trace id.
+		m.log = slog.New(traceIDHandler{next: opts.Logger.Handler(), m: m})
+	}
 	for _, p := range opts.Providers {
 		m.providers[p.Name] = p
 	}

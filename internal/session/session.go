@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
@@ -111,6 +114,11 @@ type Session struct {
 	sticky      map[string]string
 	warmModel   string
 	warmAccount string
+
+	// Tracing (trace.go): the trace context the running prompt's Prompt
+	// call came with, and the prompt's span while it runs.
+	runTrace trace.SpanContext
+	span     atomic.Pointer[spanRef]
 }
 
 // ID is the session's identifier.
@@ -390,6 +398,9 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
 	s.running, s.promptID, s.cancelRun, s.abortCause, s.chainStop = true, promptID, cancel, stopNone, stopNone
 	s.runParams, s.thinkingOff, s.reasoningRetried = params, false, false
+	if s.m.opts.Tracer != nil {
+		s.runTrace = trace.SpanContextFromContext(ctx)
+	}
 	s.runDone = make(chan struct{})
 	gen := s.generation
 	started = true
@@ -439,6 +450,9 @@ func (s *Session) appendEntryLocked(ctx context.Context, e Entry) error {
 // for the stored stream.
 func (s *Session) emit(e Event) {
 	e = s.log.publish(e)
+	if s.m.opts.Tracer != nil {
+		s.traceEvent(&e)
+	}
 	if sh := s.m.opts.Shared; sh != nil && e.Seq != 0 {
 		sh.AppendEvent(s.id, e)
 	}
@@ -458,7 +472,10 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	started := time.Now()
 	s.mu.Lock()
 	s.runSpent, s.runWasted = Spend{}, Spend{}
+	parent := s.runTrace
+	s.runTrace = trace.SpanContext{}
 	s.mu.Unlock()
+	ctx, span := s.startPromptSpan(ctx, promptID, parent)
 	var outcome, errText string
 	switch {
 	case res != nil && res.lost:
@@ -477,6 +494,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	if s.handoff {
 		// Handed to the other replicas: no prompt_end, the run record stays.
 		s.handoff = false
+		s.endPromptSpan(span, TakeoverHandedOff, "", s.runSpent, s.runWasted)
 		s.mu.Unlock()
 		s.handOver()
 		s.mu.Lock()
@@ -508,6 +526,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText,
 		Usage: usagePtr(s.runSpent.Usage), CostUSD: s.runSpent.Cost(),
 		RetryUsage: usagePtr(s.runWasted.Usage), RetryCostUSD: s.runWasted.Cost()})
+	s.endPromptSpan(span, outcome, errText, s.runSpent, s.runWasted)
 	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
 	if shared {
 		s.ending = true
@@ -631,10 +650,22 @@ type turn struct {
 	allBlockedFor time.Duration
 }
 
-// callModel makes one model call: message_start, message_update as output
+// callModel makes one model call, in a span of its own when the prompt is
+// traced.
+func (s *Session) callModel(ctx context.Context, promptID string, call int) turn {
+	if s.m.opts.Tracer == nil {
+		return s.callModelOnce(ctx, promptID, call)
+	}
+	a := s.startAttempt(ctx, call)
+	t := s.callModelOnce(ctx, promptID, call)
+	s.endAttempt(a, &t)
+	return t
+}
+
+// callModelOnce makes one model call: message_start, message_update as output
 // streams, message_end; the assistant message goes to the history and the
 // runtime context.
-func (s *Session) callModel(ctx context.Context, promptID string, call int) turn {
+func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) turn {
 	s.mu.Lock()
 	model := s.model
 	p := s.m.providerOf(model)

@@ -1,9 +1,9 @@
 package sim
 
 import (
-	"hash/fnv"
-	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentd/agentd/internal/provider"
 )
@@ -27,28 +27,23 @@ type promptCache struct {
 // rest but the last message is written, the last message is input. Then
 // every prefix of this request is cached.
 func (pc *promptCache) usage(req *provider.Request, in int64) provider.Usage {
-	h := fnv.New64a()
-	write := func(s string) {
-		_, _ = h.Write([]byte(s))
-		_, _ = h.Write([]byte{0})
+	type segment struct {
+		sum    uint64 // hash of the prefix through this segment
+		tokens int64
 	}
-	write(req.Credential.AccountName())
-	write(req.Model)
-	write(req.System)
-	segments := make([]uint64, 0, len(req.Messages)+1)
-	tokens := make([]int64, 0, len(req.Messages)+1)
-	segments = append(segments, h.Sum64())
-	tokens = append(tokens, int64(len(strings.Fields(req.System))))
+	h := fnvWrite(fnvOffset, req.Credential.AccountName())
+	h = fnvWrite(h, req.Model)
+	h = fnvWrite(h, req.System)
+	segments := make([]segment, 0, len(req.Messages)+1)
+	segments = append(segments, segment{h, countWords(req.System)})
 	for _, m := range req.Messages {
-		write(m.Role)
+		h = fnvWrite(h, m.Role)
 		var n int64
 		for _, b := range m.Content {
-			write(b.Type)
-			write(b.Text)
-			n += int64(len(strings.Fields(b.Text)))
+			h = fnvWrite(fnvWrite(h, b.Type), b.Text)
+			n += countWords(b.Text)
 		}
-		segments = append(segments, h.Sum64())
-		tokens = append(tokens, n)
+		segments = append(segments, segment{h, n})
 	}
 
 	pc.mu.Lock()
@@ -59,18 +54,20 @@ func (pc *promptCache) usage(req *provider.Request, in int64) provider.Usage {
 	var u provider.Usage
 	last := len(segments) - 1
 	hit := true
-	for i, sum := range segments {
-		_, cached := pc.prefixes[sum]
+	for i, sg := range segments {
+		_, cached := pc.prefixes[sg.sum]
 		hit = hit && cached
 		switch {
 		case hit:
-			u.CacheReadTokens += tokens[i]
+			u.CacheReadTokens += sg.tokens
 		case i < last:
-			u.CacheWriteTokens += tokens[i]
+			u.CacheWriteTokens += sg.tokens
 		default:
-			u.InputTokens += tokens[i]
+			u.InputTokens += sg.tokens
 		}
-		pc.prefixes[sum] = struct{}{}
+		if !cached {
+			pc.prefixes[sg.sum] = struct{}{}
+		}
 	}
 	// The words counted here are the words inputTokens counted.
 	if u.PromptTokens() != in {
@@ -78,3 +75,43 @@ func (pc *promptCache) usage(req *provider.Request, in int64) provider.Usage {
 	}
 	return u
 }
+
+// FNV-1a, 64-bit, over strings without copying them; each string ends
+// with a 0 byte so that ("ab", "c") and ("a", "bc") differ.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvWrite(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h * fnvPrime // the 0 byte: h ^ 0 == h
+}
+
+// countWords is len(strings.Fields(s)) without the slice (ASCII bytes
+// directly, as strings.Fields does).
+func countWords(s string) int64 {
+	var n int64
+	in := false
+	for i := 0; i < len(s); {
+		c := s[i]
+		var space bool
+		if c < utf8.RuneSelf {
+			space = asciiSpace[c]
+			i++
+		} else {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			space = unicode.IsSpace(r)
+			i += size
+		}
+		if !space && !in {
+			n++
+		}
+		in = !space
+	}
+	return n
+}
+
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}

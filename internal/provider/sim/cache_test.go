@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -74,4 +75,12 @@ func TestPromptCacheConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestCountWords(t *testing.T) {
+	for _, s := range []string{"", " ", "a", " a b  c ", "\tx\ny\v\fz\r", "héllo wörld", "a\u00a0b", "a\u2003b c", "\u3000", "日本 語"} {
+		if got, want := countWords(s), int64(len(strings.Fields(s))); got != want {
+			t.Errorf("countWords(%q) = %d, want %d", s, got, want)
+		}
+	}
 }

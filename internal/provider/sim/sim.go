@@ -524,13 +524,13 @@ func latestUserText(msgs []provider.Message) string {
 
 // inputTokens counts the words of the request.
 func inputTokens(req *provider.Request) int64 {
-	n := len(strings.Fields(req.System))
+	n := countWords(req.System)
 	for _, m := range req.Messages {
 		for _, b := range m.Content {
-			n += len(strings.Fields(b.Text))
+			n += countWords(b.Text)
 		}
 	}
-	return int64(n)
+	return n
 }
 
 // wordRe is one streamed word: the word and the whitespace after it.
