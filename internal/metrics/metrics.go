@@ -100,6 +100,18 @@ type Metrics struct {
 	Tokens             *prometheus.CounterVec
 	Cost               *prometheus.CounterVec
 	RetryWastedTokens  *prometheus.CounterVec
+
+	// usage holds the usage series of every (provider, model) of the
+	// closed sets, resolved once: a model call counts its tokens without
+	// a label lookup. Read-only after New.
+	usage map[[2]string]*usageSeries
+}
+
+// usageSeries are one (provider, model)'s usage counters.
+type usageSeries struct {
+	tokens [5]prometheus.Counter // in TokenKinds order
+	cost   prometheus.Counter
+	wasted prometheus.Counter
 }
 
 var _ session.Observer = (*Metrics)(nil)
@@ -190,6 +202,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 
 // initialize creates every series of the closed label sets at 0.
 func (m *Metrics) initialize() {
+	m.usage = map[[2]string]*usageSeries{}
 	providers := append(slices.Clone(m.opts.Providers), Other)
 	models := append(slices.Clone(m.opts.Models), Other)
 	for _, p := range providers {
@@ -197,11 +210,11 @@ func (m *Metrics) initialize() {
 			for _, c := range Classes {
 				m.RetryAttempts.WithLabelValues(p, mod, c)
 			}
-			for _, k := range TokenKinds {
-				m.Tokens.WithLabelValues(p, mod, k)
+			us := &usageSeries{cost: m.Cost.WithLabelValues(p, mod), wasted: m.RetryWastedTokens.WithLabelValues(p, mod)}
+			for i, k := range TokenKinds {
+				us.tokens[i] = m.Tokens.WithLabelValues(p, mod, k)
 			}
-			m.Cost.WithLabelValues(p, mod)
-			m.RetryWastedTokens.WithLabelValues(p, mod)
+			m.usage[[2]string{p, mod}] = us
 		}
 		for _, r := range BlockReasons {
 			m.CredentialBlocks.WithLabelValues(p, r)
@@ -283,25 +296,25 @@ func (m *Metrics) ModelCalled(c session.Call) {
 	if c.StopReason == "error" {
 		m.ProviderErrors.WithLabelValues(p, status(c.Status), closed(c.Class, Classes)).Inc()
 	}
-	mod := m.model(c.Model)
-	for _, k := range []struct {
-		kind string
-		n    int64
-	}{{TokensInput, c.Usage.InputTokens}, {TokensOutput, c.Usage.OutputTokens}, {TokensCacheRead, c.Usage.CacheReadTokens},
-		{TokensCacheWrite, c.Usage.CacheWriteTokens}, {TokensReasoning, c.Usage.ReasoningTokens}} {
-		if k.n > 0 {
-			m.Tokens.WithLabelValues(p, mod, k.kind).Add(float64(k.n))
+	if c.Usage.IsZero() && c.CostUSD == nil {
+		return
+	}
+	us := m.usage[[2]string{p, m.model(c.Model)}]
+	u := c.Usage
+	for i, n := range [5]int64{u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.ReasoningTokens} {
+		if n > 0 {
+			us.tokens[i].Add(float64(n))
 		}
 	}
 	if c.CostUSD != nil && *c.CostUSD > 0 {
-		m.Cost.WithLabelValues(p, mod).Add(*c.CostUSD)
+		us.cost.Add(*c.CostUSD)
 	}
 }
 
 // RetryWasted implements session.Observer.
 func (m *Metrics) RetryWasted(provider, model string, u agentprovider.Usage) {
 	if n := u.Total(); n > 0 {
-		m.RetryWastedTokens.WithLabelValues(m.provider(provider), m.model(model)).Add(float64(n))
+		m.usage[[2]string{m.provider(provider), m.model(model)}].wasted.Add(float64(n))
 	}
 }
 

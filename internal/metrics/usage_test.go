@@ -102,3 +102,29 @@ func TestUsageMetricsAfterScriptedChain(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkModelCalled is the metrics' share of a model call, without and
+// with usage to count (five token kinds and a cost): what usage accounting
+// adds to each call's observer.
+//
+//	go test -run '^$' -bench ModelCalled -benchmem ./internal/metrics
+func BenchmarkModelCalled(b *testing.B) {
+	mx := metrics.New(prometheus.NewRegistry(), metrics.Options{Providers: []string{"anthropic"}, Models: []string{"anthropic/claude-sonnet-4-5"}})
+	cost := 0.0123
+	for _, tc := range []struct {
+		name string
+		call session.Call
+	}{
+		{"without-usage", session.Call{Provider: "anthropic", Model: "anthropic/claude-sonnet-4-5", Duration: time.Second, TTFT: time.Millisecond, StopReason: "stop"}},
+		{"with-usage", session.Call{Provider: "anthropic", Model: "anthropic/claude-sonnet-4-5", Duration: time.Second, TTFT: time.Millisecond, StopReason: "stop",
+			Usage:   provider.Usage{InputTokens: 12, OutputTokens: 400, CacheReadTokens: 24000, CacheWriteTokens: 1800, ReasoningTokens: 300},
+			CostUSD: &cost}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				mx.ModelCalled(tc.call)
+			}
+		})
+	}
+}
