@@ -170,6 +170,9 @@ type Manager struct {
 	opts      Options
 	providers map[string]Provider
 	log       *slog.Logger
+	// traced holds the running prompt's span by session id, for the log
+	// lines' trace ids (trace.go); only with Options.Tracer.
+	traced sync.Map
 
 	baseCtx context.Context
 	stop    context.CancelFunc

@@ -818,6 +818,10 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, origin
 	if res.Usage.PromptTokens() > 0 {
 		s.warmModel, s.warmAccount = model, origin.Account
 	}
+	if credentialFailed(&res) {
+		// The key itself was refused: the next call takes another.
+		delete(s.sticky, s.m.providerOf(model).Name)
+	}
 	s.spent.add(res.Usage, cost)
 	s.runSpent.add(res.Usage, cost)
 	// The history keeps every entry, error entries included.

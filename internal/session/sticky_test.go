@@ -170,3 +170,22 @@ func TestModelChangeCacheLost(t *testing.T) {
 		}
 	})
 }
+
+// A credential the provider refuses (401) is not kept: the next call takes
+// the next one in rotation, and keeps that.
+func TestStickyCredentialDroppedWhenRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, rec, _ := credManager(t, trio()...)
+		s := create(t, m, session.RetryOverrides{})
+		prompt(t, m, s, "first")
+		if evs := prompt(t, m, s, "[[faults: 401]]"); last(evs).Outcome != session.OutcomeFailed {
+			t.Fatalf("a 401: %s", kinds(evs))
+		}
+		prompt(t, m, s, "after")
+		prompt(t, m, s, "and again")
+		used := credIDs(rec.requests())
+		if used[1] != used[0] || used[2] == used[1] || used[3] != used[2] {
+			t.Fatalf("calls used %v: want the refused key left, then the next one kept", used)
+		}
+	})
+}

@@ -99,6 +99,7 @@ func (s *Session) startPromptSpan(ctx context.Context, promptID string, parent t
 	ctx, span := tr.Start(ctx, SpanPrompt, trace.WithSpanKind(trace.SpanKindInternal))
 	// Its attributes are set once, at its end (cheaper than twice).
 	s.span.Store(&spanRef{span: span, promptID: promptID, model: model})
+	s.m.traced.Store(s.id, span)
 	return ctx, span
 }
 
@@ -108,6 +109,7 @@ func (s *Session) endPromptSpan(span trace.Span, outcome, errText string, spent,
 		return
 	}
 	ref := s.span.Swap(nil)
+	s.m.traced.CompareAndDelete(s.id, span)
 	u := spent.Usage
 	attrs := make([]attribute.KeyValue, 0, 12)
 	attrs = append(attrs, attrSessionID.String(s.id), attrTenant.String(s.tenant), attrOutcome.String(outcome),
@@ -294,15 +296,12 @@ func (h traceIDHandler) Handle(ctx context.Context, r slog.Record) error {
 		})
 	}
 	if id != "" {
-		h.m.mu.RLock()
-		s := h.m.sessions[id]
-		h.m.mu.RUnlock()
-		if s != nil {
-			if span := s.promptSpan(); span != nil {
-				if sc := span.SpanContext(); sc.IsValid() {
-					r = r.Clone()
-					r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
-				}
+		// A map of its own, not the manager's lock: a line may be logged
+		// while that is held.
+		if v, ok := h.m.traced.Load(id); ok {
+			if sc := v.(trace.Span).SpanContext(); sc.IsValid() {
+				r = r.Clone()
+				r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 			}
 		}
 	}

@@ -82,3 +82,10 @@ func (s *Session) modelCacheLostLocked(to string) bool {
 func (s *Session) credentialCacheLostLocked(to provider.Credential) bool {
 	return s.warmModel != "" && s.warmAccount != to.AccountName()
 }
+
+// credentialFailed reports whether a call failed because of its credential
+// (refused: 401, 403), which the session then stops keeping.
+func credentialFailed(res *provider.Result) bool {
+	return res.Message.StopReason == provider.StopError && res.Failure != nil &&
+		(res.Failure.Status == 401 || res.Failure.Status == 403)
+}
