@@ -69,6 +69,7 @@ var targetLabels = map[string]bool{
 var agentdLabels = map[string]bool{
 	"provider": true, "model": true, "class": true, "outcome": true, "source": true,
 	"reason": true, "role": true, "status": true, "backend": true, "op": true, "component": true,
+	"kind": true,
 }
 
 // unboundedLabels must never be metric labels: their values are unbounded
@@ -91,6 +92,7 @@ var requiredDashboardMetrics = []string{
 	"agentd_prompt_duration_seconds", "agentd_event_subscribers", "agentd_events_dropped_total",
 	"agentd_credstore_operations_total", "agentd_credstore_errors_total", "agentd_store_degraded",
 	"agentd_redis_round_trips_total", "grpc_server_handled_total", "grpc_server_handling_seconds",
+	"agentd_tokens_total", "agentd_cost_usd_total", "agentd_retry_wasted_tokens_total",
 }
 
 // requiredAlerts are the alerts issue 7 asks for.
@@ -588,6 +590,7 @@ func TestMetricLabelsAreBounded(t *testing.T) {
 		"role":      append(res.opts.Roles, metrics.Other, "default"),
 		"backend":   res.opts.Backends,
 		"component": metrics.RedisComponents,
+		"kind":      metrics.TokenKinds,
 	}
 	for _, fam := range res.families {
 		for _, s := range fam.series {

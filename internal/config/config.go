@@ -34,6 +34,28 @@ type Config struct {
 	HTTP      HTTP       `yaml:"http"`
 	Limits    Limits     `yaml:"limits"`
 	Metrics   Metrics    `yaml:"metrics"`
+	Telemetry Telemetry  `yaml:"telemetry"`
+}
+
+// Telemetry configures OpenTelemetry tracing (off by default).
+type Telemetry struct {
+	OTLP OTLP `yaml:"otlp"`
+	// CaptureContent puts prompt and answer text on the spans (as span
+	// events); off by default: spans carry no prompt text.
+	CaptureContent bool `yaml:"capture_content"`
+	// ServiceName is the traces' service.name (default "agentd").
+	ServiceName string `yaml:"service_name"`
+}
+
+// OTLP is the OTLP/gRPC trace exporter's target.
+type OTLP struct {
+	// Endpoint is host:port of an OTLP/gRPC receiver (an OpenTelemetry
+	// Collector, Jaeger, Tempo…), e.g. 127.0.0.1:4317; empty: tracing off.
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends without TLS (a collector on the same host or pod).
+	// Headers (a hosted backend's API key) come from the exporter's own
+	// OTEL_EXPORTER_OTLP_HEADERS, never from this file.
+	Insecure bool `yaml:"insecure"`
 }
 
 // Metrics places the Prometheus endpoint.
@@ -227,7 +249,24 @@ type Provider struct {
 	// Simulated provider pacing.
 	FirstTokenDelayMs int64 `yaml:"first_token_delay_ms"`
 	TokenDelayMs      int64 `yaml:"token_delay_ms"`
+	// PromptCache (default true) uses the provider's prompt cache:
+	// Anthropic cache breakpoints, OpenAI prompt_cache_key (the session
+	// id), the simulated provider's cache. false turns it off.
+	PromptCache *bool `yaml:"prompt_cache"`
+	// StickyCredentials (default true) keeps each session on the
+	// credential it used last while that one is available (the prompt
+	// cache is per account); sessions are spread over the credentials when
+	// they start. false: every call takes the next credential in rotation.
+	StickyCredentials *bool `yaml:"sticky_credentials"`
 }
+
+// PromptCacheOn reports whether the provider uses its prompt cache
+// (prompt_cache, default true).
+func (p Provider) PromptCacheOn() bool { return p.PromptCache == nil || *p.PromptCache }
+
+// Sticky reports whether sessions keep their credential
+// (sticky_credentials, default true).
+func (p Provider) Sticky() bool { return p.StickyCredentials == nil || *p.StickyCredentials }
 
 // Credential is one secret of a provider.
 type Credential struct {
@@ -391,6 +430,14 @@ func (c *Config) finish() error {
 	}
 	if err := c.checkListen(); err != nil {
 		return err
+	}
+	if e := c.Telemetry.OTLP.Endpoint; e != "" {
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			return fmt.Errorf("config: telemetry.otlp.endpoint: %q is not host:port", e)
+		}
+	}
+	if c.Telemetry.ServiceName == "" {
+		c.Telemetry.ServiceName = "agentd"
 	}
 	if _, err := c.RetrySettings(); err != nil {
 		return err

@@ -136,6 +136,59 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		}
 	})
 
+	t.Run("PickPreferred", func(t *testing.T) {
+		e := newEnv(t, 0)
+		s := e.open()
+		addTrio(t, s)
+		mustAdd(t, s, Credential{ID: "own", Provider: "p", Secret: "secret-own", Owner: "team"})
+		prefer := func(tenant, id string) string {
+			t.Helper()
+			c, ok, err := s.PickPreferred(testCtx(t), tenant, "p", id)
+			if err != nil || !ok || c.Secret != "secret-"+c.ID {
+				t.Fatalf("PickPreferred(%q, %q) = %v, %t, %v", tenant, id, c.ID, ok, err)
+			}
+			return c.ID
+		}
+		// Kept however often, without moving the rotation.
+		for range 5 {
+			if id := prefer("", "b"); id != "b" {
+				t.Fatalf("PickPreferred(b) = %s, want b", id)
+			}
+		}
+		if id := pickID(t, s, "p"); id != "a" {
+			t.Errorf("Pick after preferred picks = %s, want a (the rotation did not move)", id)
+		}
+		// Blocked, unknown, or outside the tenant's pool: what Pick picks.
+		usageLimited(t, s, "b", 10*time.Minute, true)
+		// (The switch UsageLimited made moved the rotation: only which
+		// credentials may come is checked.)
+		if id := prefer("", "b"); id != "a" && id != "c" {
+			t.Errorf("PickPreferred(b) while b is blocked = %s, want a or c", id)
+		}
+		if id := prefer("", "gone"); id != "a" && id != "c" {
+			t.Errorf("PickPreferred(gone) = %s, want a or c", id)
+		}
+		if id := prefer("", "own"); id == "own" {
+			t.Errorf("the server's pool kept another tenant's credential")
+		}
+		if id := prefer("team", "own"); id != "own" {
+			t.Errorf("PickPreferred(team, own) = %s, want own", id)
+		}
+		if id := prefer("team", "c"); id != "own" {
+			t.Errorf("PickPreferred(team, c) = %s: the tenant's own available credential comes first", id)
+		}
+		if _, err := s.UsageLimited(testCtx(t), "team", "p", "own", time.Hour, true, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if id := prefer("team", "c"); id != "c" {
+			t.Errorf("PickPreferred(team, c) with its own blocked = %s: a server credential of the tenant's pool is kept then", id)
+		}
+		e.clk.Advance(10*time.Minute + approxTolerance)
+		if id := prefer("", "b"); id != "b" {
+			t.Errorf("PickPreferred(b) after its block = %s, want b", id)
+		}
+	})
+
 	t.Run("PickSkipsBlocked", func(t *testing.T) {
 		s := newEnv(t, 0).open()
 		addTrio(t, s)

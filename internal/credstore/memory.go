@@ -340,6 +340,33 @@ func (m *Memory) Pick(_ context.Context, tenant, providerName string) (provider.
 	return provider.Credential{}, true, &AllBlockedError{Provider: providerName, Until: until, In: until.Sub(now)}
 }
 
+// PickPreferred returns prefer when it is in tenant's pool and available,
+// else what Pick picks (see Store.PickPreferred).
+func (m *Memory) PickPreferred(ctx context.Context, tenant, providerName, prefer string) (provider.Credential, bool, error) {
+	if prefer != "" {
+		m.mu.Lock()
+		now := m.now()
+		c := m.resolveLocked(tenant, providerName, prefer)
+		ok := c != nil && !c.blocked(now)
+		if ok && c.Owner == "" {
+			// A server credential is kept only while none of the tenant's
+			// own is available: the pool's order comes first.
+			if own := m.tenantPoolLocked(tenant, providerName).own; own != nil {
+				ok = !slices.ContainsFunc(own.creds, func(o *memCred) bool { return !o.blocked(now) })
+			}
+		}
+		var cred provider.Credential
+		if ok {
+			cred = c.cred()
+		}
+		m.mu.Unlock()
+		if ok {
+			return cred, true, nil
+		}
+	}
+	return m.Pick(ctx, tenant, providerName)
+}
+
 // next is the round-robin step of one pool: the first available credential
 // other than skip and not hidden from the cursor on, which moves past it;
 // nil when there is none.

@@ -633,6 +633,24 @@ func (r *Redis) Pick(ctx context.Context, tenant, providerName string) (provider
 	return r.local.Pick(ctx, tenant, providerName)
 }
 
+// PickPreferred is Pick keeping prefer when it is in tenant's pool and
+// available (see Store.PickPreferred), in the same one round trip.
+func (r *Redis) PickPreferred(ctx context.Context, tenant, providerName, prefer string) (provider.Credential, bool, error) {
+	if prefer == "" {
+		return r.Pick(ctx, tenant, providerName)
+	}
+	if !r.degraded.Load() {
+		res, err := r.run(ctx, pickScript, r.poolKeys(providerName, tenant), tenant, prefer)
+		if err == nil {
+			return r.parsePick(tenant, providerName, res)
+		}
+		if cerr := r.fail(ctx, err); cerr != nil {
+			return provider.Credential{}, false, cerr
+		}
+	}
+	return r.local.PickPreferred(ctx, tenant, providerName, prefer)
+}
+
 // ownerIf is tenant when own is 1 (a reply's "own" flag), else "" (the
 // server).
 func ownerIf(own any, tenant string) string {

@@ -152,7 +152,10 @@ end
 // own first, then the server's that its own do not shadow (same id).
 //
 //	KEYS: the provider's five, then the tenant's three (none for the server's pool)
-//	ARGV[1] clock offset ms, [2] tenant ('' for the server's pool)
+//	ARGV[1] clock offset ms, [2] tenant ('' for the server's pool), [3]
+//	    the credential to keep when it is in the pool and available, a
+//	    server credential only while none of the tenant's own is (''
+//	    or absent: none; the rotation does not move for it)
 //	returns {} when the pool has no credentials;
 //	        {1, id, sealed secret, own 0|1, account} for the picked credential;
 //	        {0, ms until the earliest block ends} when all are blocked.
@@ -160,6 +163,21 @@ var pickScript = redis.NewScript(luaPrelude + `
 local oids = ids(own)
 local sids = redis.call('ZRANGE', server.order, 0, -1)
 if #oids == 0 and #sids == 0 then return {} end
+local prefer = ARGV[3] or ''
+if prefer ~= '' then
+  local h = home(prefer)
+  local keep = h and not active(h, false)[prefer]
+  if keep and h == server and own then
+    -- a server credential only while none of the tenant's own is available
+    local obl = active(own, false)
+    for _, cid in ipairs(oids) do
+      if not obl[cid] then keep = false end
+    end
+  end
+  if keep then
+    return {1, prefer, secret(h, prefer), isOwn(h), account(h, prefer)}
+  end
+end
 local obl = {}
 if #oids > 0 then
   obl = active(own, false)

@@ -85,6 +85,12 @@ type Store interface {
 	// blocked, err is an *AllBlockedError (errors.Is ErrAllBlocked) that
 	// says when the earliest frees up.
 	Pick(ctx context.Context, tenant, providerName string) (c provider.Credential, ok bool, err error)
+	// PickPreferred is Pick that keeps a session on the credential it used
+	// last (its provider's prompt cache is per account): prefer, when it is
+	// in tenant's pool and available (a server credential only while none
+	// of the tenant's own is: the pool's order first), without moving the
+	// rotation; else what Pick picks. prefer "" is Pick.
+	PickPreferred(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error)
 	// UsageLimited is step 7 of the retry flow, in tenant's pool of
 	// providerName (credID is tenant's own, else a server credential; any
 	// other is ErrNotFound). It blocks credID until now + window (window ≤

@@ -11,12 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/agentd/agentd/internal/config"
+	agentprovider "github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
 )
@@ -44,6 +46,8 @@ var (
 	BlockReasons = []string{"hint", "estimate"}
 	// StoreOps are the credential-store operations.
 	StoreOps = []string{"pick", "block", "redeem", "add", "delete", "list"}
+	// TokenKinds are the kinds of token agentd_tokens_total counts.
+	TokenKinds = []string{TokensInput, TokensOutput, TokensCacheRead, TokensCacheWrite, TokensReasoning}
 	// RedisComponents are the parts of agentd a Redis round trip serves.
 	RedisComponents = []string{ComponentCredentials, ComponentCooldowns, ComponentSessions, ComponentBudget, Other}
 
@@ -86,6 +90,15 @@ var (
 		"529": {string(retry.ClassTransient)},
 		Other: {string(retry.ClassTransient), string(retry.ClassNotRetryable)},
 	}
+)
+
+// Token kinds (agentd_tokens_total's kind label).
+const (
+	TokensInput      = "input"
+	TokensOutput     = "output"
+	TokensCacheRead  = "cache_read"
+	TokensCacheWrite = "cache_write"
+	TokensReasoning  = "reasoning"
 )
 
 // Options give the closed label sets that depend on the configuration.
@@ -135,6 +148,36 @@ type Metrics struct {
 	RedisRoundTrips    *prometheus.CounterVec
 	RedisRoundTripTime *prometheus.HistogramVec
 	RedisErrors        *prometheus.CounterVec
+	Tokens             *prometheus.CounterVec
+	Cost               *prometheus.CounterVec
+	RetryWastedTokens  *prometheus.CounterVec
+
+	// usage holds the usage series of each (provider, model), resolved
+	// once: a model call counts its tokens without a label lookup. The
+	// pairs that can occur start at 0 (initialize); another one (a model of
+	// another provider's chain, say) starts when it first happens.
+	usage sync.Map // [2]string → *usageSeries
+}
+
+// usageOf is the usage series of provider p's model mod.
+func (m *Metrics) usageOf(p, mod string) *usageSeries {
+	k := [2]string{p, mod}
+	if us, ok := m.usage.Load(k); ok {
+		return us.(*usageSeries)
+	}
+	us := &usageSeries{cost: m.Cost.WithLabelValues(p, mod), wasted: m.RetryWastedTokens.WithLabelValues(p, mod)}
+	for i, kind := range TokenKinds {
+		us.tokens[i] = m.Tokens.WithLabelValues(p, mod, kind)
+	}
+	got, _ := m.usage.LoadOrStore(k, us)
+	return got.(*usageSeries)
+}
+
+// usageSeries are one (provider, model)'s usage counters.
+type usageSeries struct {
+	tokens [5]prometheus.Counter // in TokenKinds order
+	cost   prometheus.Counter
+	wasted prometheus.Counter
 }
 
 var _ session.Observer = (*Metrics)(nil)
@@ -215,6 +258,15 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		RedisErrors: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "redis_errors_total",
 			Help: "Round trips to Redis that failed (neither a nil reply nor an error go-redis recovers from, such as NOSCRIPT), by the component whose key they touch."},
 			[]string{"component"}),
+		Tokens: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "tokens_total",
+			Help: "Tokens model calls used, failed attempts included, by provider, model and kind: input (neither read from nor written to the prompt cache), output (reasoning included), cache_read, cache_write, reasoning (the reasoning part of output)."},
+			[]string{"provider", "model", "kind"}),
+		Cost: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "cost_usd_total",
+			Help: "Cost in USD of the model calls whose model the catalog prices, failed attempts included, by provider and model."},
+			[]string{"provider", "model"}),
+		RetryWastedTokens: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retry_wasted_tokens_total",
+			Help: "Tokens (every kind but reasoning, which is part of output) used by failed calls that a retry or fallback threw away, by provider and model."},
+			[]string{"provider", "model"}),
 	}
 	m.initialize()
 	return m
@@ -238,6 +290,7 @@ func (m *Metrics) initialize() {
 				m.RetryBudgetTokens.WithLabelValues(p, mod).Set(m.opts.Budget)
 				m.RetryBudgetRefused.WithLabelValues(p, mod)
 			}
+			m.usageOf(p, mod)
 		}
 		for _, r := range BlockReasons {
 			m.CredentialBlocks.WithLabelValues(p, r)
@@ -336,6 +389,26 @@ func (m *Metrics) ModelCalled(c session.Call) {
 	}
 	if c.StopReason == "error" {
 		m.ProviderErrors.WithLabelValues(p, status(c.Status), closed(c.Class, Classes)).Inc()
+	}
+	if c.Usage.IsZero() && c.CostUSD == nil {
+		return
+	}
+	us := m.usageOf(p, m.model(c.Model))
+	u := c.Usage
+	for i, n := range [5]int64{u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens, u.ReasoningTokens} {
+		if n > 0 {
+			us.tokens[i].Add(float64(n))
+		}
+	}
+	if c.CostUSD != nil && *c.CostUSD > 0 {
+		us.cost.Add(*c.CostUSD)
+	}
+}
+
+// RetryWasted implements session.Observer.
+func (m *Metrics) RetryWasted(provider, model string, u agentprovider.Usage) {
+	if n := u.Total(); n > 0 {
+		m.usageOf(m.provider(provider), m.model(model)).wasted.Add(float64(n))
 	}
 }
 

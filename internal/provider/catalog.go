@@ -33,3 +33,12 @@ type Price struct {
 func (m ModelInfo) ThinkingSupported() bool {
 	return m.SupportsThinking == nil || *m.SupportsThinking
 }
+
+// Cost is what u costs at price p, in USD: each kind of token at its price
+// per million (reasoning tokens are output tokens, priced as such).
+func (p Price) Cost(u Usage) float64 {
+	return (float64(u.InputTokens)*p.InputPerMTok +
+		float64(u.OutputTokens)*p.OutputPerMTok +
+		float64(u.CacheReadTokens)*p.CacheReadPerMTok +
+		float64(u.CacheWriteTokens)*p.CacheWritePerMTok) / 1e6
+}

@@ -222,11 +222,37 @@ type Delta struct {
 	ToolArgsPart string
 }
 
-// Usage counts tokens.
+// Usage counts the tokens of one model call (or, added up, of several).
+// The four input-side numbers add up to the whole prompt: InputTokens is
+// only the input neither read from nor written to the prompt cache
+// (Anthropic's input_tokens; OpenAI's prompt tokens less their cached
+// part). ReasoningTokens are the part of OutputTokens spent on reasoning,
+// where the provider says (OpenAI); they are billed as output.
 type Usage struct {
-	InputTokens  int64
-	OutputTokens int64
+	InputTokens      int64 `json:"inputTokens,omitempty"`
+	OutputTokens     int64 `json:"outputTokens,omitempty"`
+	CacheReadTokens  int64 `json:"cacheReadTokens,omitempty"`
+	CacheWriteTokens int64 `json:"cacheWriteTokens,omitempty"`
+	ReasoningTokens  int64 `json:"reasoningTokens,omitempty"`
 }
+
+// Add adds v to u.
+func (u *Usage) Add(v Usage) {
+	u.InputTokens += v.InputTokens
+	u.OutputTokens += v.OutputTokens
+	u.CacheReadTokens += v.CacheReadTokens
+	u.CacheWriteTokens += v.CacheWriteTokens
+	u.ReasoningTokens += v.ReasoningTokens
+}
+
+// IsZero reports whether u counts no token.
+func (u Usage) IsZero() bool { return u == Usage{} }
+
+// PromptTokens is the whole prompt: input, cache read and cache write.
+func (u Usage) PromptTokens() int64 { return u.InputTokens + u.CacheReadTokens + u.CacheWriteTokens }
+
+// Total is every token the call read or wrote (reasoning is part of output).
+func (u Usage) Total() int64 { return u.PromptTokens() + u.OutputTokens }
 
 // Failure is what a provider knows about a failed call, beyond the message
 // text: what the retry engine needs to classify it.

@@ -79,6 +79,7 @@ func sessionToProto(st session.State) *agentdv1.Session {
 		RetryAttempt: int32(st.RetryAttempt), AutoRetryEnabled: st.Retry.Enabled,
 		Retry: settingsToProto(st.Retry), CreateTime: timestamppb.New(st.Created),
 		LastSeq: st.LastSeq, MessageCount: int32(st.MessageCount), Params: paramsToProto(st.Params),
+		Usage: usageToProto(&st.Usage), CostUsd: st.CostUSD,
 	}
 	for _, c := range st.PendingToolCalls {
 		out.PendingToolCalls = append(out.PendingToolCalls, &agentdv1.ToolCall{CallId: c.CallID, Name: c.Name, Input: jsonValue(c.Input)})
@@ -210,6 +211,15 @@ func paramsToProto(p provider.Params) *agentdv1.ModelParams {
 
 func ptr[T any](v T) *T { return &v }
 
+// usageToProto maps usage onto the API's (nil: none).
+func usageToProto(u *provider.Usage) *agentdv1.Usage {
+	if u == nil {
+		return nil
+	}
+	return &agentdv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens,
+		CacheWriteTokens: u.CacheWriteTokens, ReasoningTokens: u.ReasoningTokens}
+}
+
 func stopDetails(t string) *agentdv1.StopDetails {
 	if t == "" {
 		return nil
@@ -245,7 +255,7 @@ func eventToProto(e *session.Event) *agentdv1.Event {
 	case session.EventMessageEnd:
 		out.Payload = &agentdv1.Event_MessageEnd{MessageEnd: &agentdv1.MessageEnd{
 			StopReason: e.StopReason, ErrorMessage: e.ErrorMessage, StopDetails: stopDetails(e.StopDetails),
-			Model: e.Model, Text: e.Text, ErrorClass: e.ErrorClass,
+			Model: e.Model, Text: e.Text, ErrorClass: e.ErrorClass, Usage: usageToProto(e.Usage), CostUsd: e.CostUSD,
 		}}
 	case session.EventToolCall:
 		tc := &agentdv1.ToolCall{}
@@ -269,13 +279,14 @@ func eventToProto(e *session.Event) *agentdv1.Event {
 	case session.EventRetryFallbackSucceeded:
 		out.Payload = &agentdv1.Event_RetryFallbackSucceeded{RetryFallbackSucceeded: &agentdv1.RetryFallbackSucceeded{Model: e.Model, Role: e.Role}}
 	case session.EventModelChange:
-		out.Payload = &agentdv1.Event_ModelChange{ModelChange: &agentdv1.ModelChange{From: e.From, To: e.To, Reason: e.Reason}}
+		out.Payload = &agentdv1.Event_ModelChange{ModelChange: &agentdv1.ModelChange{From: e.From, To: e.To, Reason: e.Reason, CacheLost: e.CacheLost}}
 	case session.EventCredentialSwitched:
-		out.Payload = &agentdv1.Event_CredentialSwitched{CredentialSwitched: &agentdv1.CredentialSwitched{Provider: e.Provider, From: e.From, To: e.To}}
+		out.Payload = &agentdv1.Event_CredentialSwitched{CredentialSwitched: &agentdv1.CredentialSwitched{Provider: e.Provider, From: e.From, To: e.To, CacheLost: e.CacheLost}}
 	case session.EventContextOverflow:
 		out.Payload = &agentdv1.Event_ContextOverflow{ContextOverflow: &agentdv1.ContextOverflow{ErrorMessage: e.ErrorMessage}}
 	case session.EventPromptEnd:
-		out.Payload = &agentdv1.Event_PromptEnd{PromptEnd: &agentdv1.PromptEnd{Outcome: e.Outcome, Error: e.Error}}
+		out.Payload = &agentdv1.Event_PromptEnd{PromptEnd: &agentdv1.PromptEnd{Outcome: e.Outcome, Error: e.Error,
+			Usage: usageToProto(e.Usage), RetryUsage: usageToProto(e.RetryUsage), CostUsd: e.CostUSD, RetryCostUsd: e.RetryCostUSD}}
 	}
 	return out
 }
@@ -285,6 +296,7 @@ func entryToProto(e session.Entry) *agentdv1.Message {
 	out := &agentdv1.Message{
 		Index: e.Index, Role: m.Role, Model: m.Model, StopReason: m.StopReason, ErrorMessage: m.ErrorMessage,
 		StopDetails: stopDetails(m.StopDetails), PromptId: e.PromptID, Time: timestamppb.New(e.Time),
+		Usage: usageToProto(e.Usage), CostUsd: e.CostUSD,
 	}
 	if e.ModelChange != nil {
 		out.ModelChange = &agentdv1.ModelChange{From: e.ModelChange.From, To: e.ModelChange.To, Reason: e.ModelChange.Reason}

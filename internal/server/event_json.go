@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"math/bits"
 	"strconv"
 	"time"
@@ -72,6 +73,10 @@ func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 		w.str(pe.GetOutcome())
 		w.raw(`,"error":`)
 		w.str(pe.GetError())
+		w.usage(`,"usage":`, pe.GetUsage())
+		w.usage(`,"retryUsage":`, pe.GetRetryUsage())
+		w.cost(`,"costUsd":`, pe.CostUsd)
+		w.cost(`,"retryCostUsd":`, pe.RetryCostUsd)
 	case *agentdv1.Event_MessageEnd:
 		m := p.MessageEnd
 		w.ok = w.ok && m != nil
@@ -90,6 +95,8 @@ func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 		w.str(m.GetText())
 		w.raw(`,"errorClass":`)
 		w.str(m.GetErrorClass())
+		w.usage(`,"usage":`, m.GetUsage())
+		w.cost(`,"costUsd":`, m.CostUsd)
 	case *agentdv1.Event_AutoRetryStart:
 		r := p.AutoRetryStart
 		w.ok = w.ok && r != nil
@@ -139,6 +146,8 @@ func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 		w.str(c.GetTo())
 		w.raw(`,"reason":`)
 		w.str(c.GetReason())
+		w.raw(`,"cacheLost":`)
+		w.b = strconv.AppendBool(w.b, c.GetCacheLost())
 	case *agentdv1.Event_CredentialSwitched:
 		c := p.CredentialSwitched
 		w.ok = w.ok && c != nil
@@ -148,6 +157,8 @@ func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 		w.str(c.GetFrom())
 		w.raw(`,"to":`)
 		w.str(c.GetTo())
+		w.raw(`,"cacheLost":`)
+		w.b = strconv.AppendBool(w.b, c.GetCacheLost())
 	case *agentdv1.Event_ContextOverflow:
 		c := p.ContextOverflow
 		w.ok = w.ok && c != nil
@@ -177,6 +188,40 @@ func (w *jsonWriter) str(s string) {
 	var ok bool
 	w.b, ok = appendJSONString(w.b, s)
 	w.ok = w.ok && ok
+}
+
+// usage writes key and u as protojson does (int64s as strings); an unset
+// message is left out.
+func (w *jsonWriter) usage(key string, u *agentdv1.Usage) {
+	if u == nil {
+		return
+	}
+	w.raw(key)
+	for _, f := range [...]struct {
+		name string
+		n    int64
+	}{{`{"inputTokens":"`, u.GetInputTokens()}, {`","outputTokens":"`, u.GetOutputTokens()},
+		{`","cacheReadTokens":"`, u.GetCacheReadTokens()}, {`","cacheWriteTokens":"`, u.GetCacheWriteTokens()},
+		{`","reasoningTokens":"`, u.GetReasoningTokens()}} {
+		w.raw(f.name)
+		w.b = strconv.AppendInt(w.b, f.n, 10)
+	}
+	w.raw(`"}`)
+}
+
+// cost writes key and an optional double as protojson does, for the values
+// it writes in plain decimal notation (0, and 1e-6 <= |v| < 1e21); any other
+// value turns the writer off (protojson writes it). Unset: left out.
+func (w *jsonWriter) cost(key string, v *float64) {
+	if v == nil {
+		return
+	}
+	if a := math.Abs(*v); a != 0 && (a < 1e-6 || a >= 1e21 || math.IsNaN(a)) {
+		w.ok = false
+		return
+	}
+	w.raw(key)
+	w.b = strconv.AppendFloat(w.b, *v, 'f', -1, 64)
 }
 
 func (w *jsonWriter) time(ev *agentdv1.Event) {

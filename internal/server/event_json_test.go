@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -69,6 +70,19 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 		}
 		if rng.IntN(3) == 0 {
 			e.ToolCallDelta = &session.ToolCallDelta{CallID: str(), Name: str(), InputDelta: str()}
+		}
+		e.CacheLost = rng.IntN(2) == 0
+		if rng.IntN(3) != 0 {
+			n := func() int64 { return rng.Int64N(1<<62) >> uint(rng.IntN(62)) }
+			e.Usage = &provider.Usage{InputTokens: n(), OutputTokens: n(), CacheReadTokens: n(), CacheWriteTokens: n(), ReasoningTokens: n()}
+			e.RetryUsage = &provider.Usage{InputTokens: n()}
+		}
+		costs := []float64{0, 0.015411, 1e-6, 9.99e-7, 3, 123456.789, 1e21, 1e-9, 0.1 + 0.2, 7e-5}
+		if rng.IntN(2) == 0 {
+			e.CostUSD = &costs[rng.IntN(len(costs))]
+		}
+		if rng.IntN(2) == 0 {
+			e.RetryCostUSD = &costs[rng.IntN(len(costs))]
 		}
 		pe := eventToProto(&e)
 		if i%7 == 0 {

@@ -34,11 +34,16 @@ const (
 // with a catalog) with credentials one and two of the given configured
 // accounts, oai (OpenAI Responses with encrypted reasoning), and the chain
 // default: oai/gpt-5.
+//
+// Its anthropic provider takes the next key at every call
+// (sticky_credentials: false): a session moves between the two accounts
+// mid-loop, the worst case for reasoning state.
 func reasoningConfig(fake *providertest.Server, accountOne, accountTwo string) string {
 	return fmt.Sprintf(`retry: {base_delay_ms: 10, fallback_chains: {default: [oai/gpt-5]}}
 providers:
   - name: anth
     kind: anthropic
+    sticky_credentials: false
     base_url: %s
     models:
       - {name: %s, context_window: 200000, max_output_tokens: 64000, supports_thinking: true, supports_tools: true}

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -42,10 +44,12 @@ import (
 	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/sessionstore"
+	"github.com/agentd/agentd/internal/telemetry"
 )
 
 // Server is a running agentd.
 type Server struct {
+	tracing         *telemetry.Tracing // nil: tracing off
 	cfg             *config.Config
 	log             *slog.Logger
 	sessions        *session.Manager
@@ -108,6 +112,12 @@ func withViaGateway(via func(*http.Request) bool) Option {
 	return func(s *Server) { s.viaGateway = via }
 }
 
+// withTracing traces with tr whatever the configuration says
+// (benchmarks: a tracer provider that exports nowhere).
+func withTracing(tr *telemetry.Tracing) Option {
+	return func(s *Server) { s.tracing = tr }
+}
+
 // withoutSharedFrames makes every native SSE reader encode its own frames
 // (benchmarks).
 func withoutSharedFrames() Option {
@@ -136,6 +146,16 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	if err := s.openStores(context.Background()); err != nil {
 		return nil, err
 	}
+	if s.tracing == nil {
+		if s.tracing, err = telemetry.Start(context.Background(), cfg.Telemetry, telemetry.Options{}); err != nil {
+			s.closeStores()
+			return nil, err
+		}
+	}
+	var tracer trace.Tracer
+	if s.tracing != nil {
+		tracer = s.tracing.Tracer()
+	}
 	providers := make([]session.Provider, 0, len(cfg.Providers))
 	providerNames := map[string]bool{}
 	for _, pc := range cfg.Providers {
@@ -143,7 +163,8 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		if err != nil {
 			return nil, fmt.Errorf("providers %s: %w", pc.Name, err)
 		}
-		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(), Client: client})
+		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(),
+			RotateCredentials: !pc.Sticky(), Client: client})
 		providerNames[pc.Name] = true
 	}
 	var budget session.RetryBudget
@@ -167,6 +188,8 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		Shared:            s.shared,
 		LeaseTTL:          time.Duration(cfg.Store.Redis.LeaseMs) * time.Millisecond,
 		Logger:            log,
+		Tracer:            tracer,
+		CaptureContent:    cfg.Telemetry.CaptureContent,
 	})
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -187,6 +210,12 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	s.auth = auth
 	s.unaryInterceptors = unaryChain{grpcMetrics.UnaryServerInterceptor(), auth.unary}
 	s.streamInterceptors = streamChain{grpcMetrics.StreamServerInterceptor(), auth.stream}
+	if s.tracing != nil {
+		// The caller's trace context (traceparent metadata; the HTTP face
+		// forwards the header) becomes the parent of the prompt's span.
+		s.unaryInterceptors = append(unaryChain{telemetry.UnaryServerInterceptor}, s.unaryInterceptors...)
+		s.streamInterceptors = append(streamChain{telemetry.StreamServerInterceptor}, s.streamInterceptors...)
+	}
 	s.grpcSrv = grpc.NewServer(
 		// No token, no read: the tap refuses before the message is read.
 		grpc.InTapHandle(auth.tap),
@@ -247,10 +276,11 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 		return simProvider{sim.New(sim.Options{
 			FirstTokenDelay: time.Duration(pc.FirstTokenDelayMs) * time.Millisecond,
 			TokenDelay:      time.Duration(pc.TokenDelayMs) * time.Millisecond,
+			NoPromptCache:   !pc.PromptCacheOn(),
 		})}, nil
 	case provider.KindAnthropic:
 		return anthropic.New(anthropic.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
-			Headers: pc.Headers, AuthHeader: pc.AuthHeader, MaxTokens: pc.MaxTokens}), nil
+			Headers: pc.Headers, AuthHeader: pc.AuthHeader, MaxTokens: pc.MaxTokens, NoPromptCache: !pc.PromptCacheOn()}), nil
 	case provider.KindOpenAIResponses, provider.KindOpenAIChat:
 		api := openai.APIResponses
 		if pc.Kind == provider.KindOpenAIChat {
@@ -258,7 +288,7 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 		}
 		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses,
-			EncryptedReasoning: pc.EncryptedReasoning}), nil
+			EncryptedReasoning: pc.EncryptedReasoning, NoPromptCache: !pc.PromptCacheOn()}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}
@@ -270,6 +300,14 @@ type simProvider struct{ *sim.Provider }
 func (p simProvider) ValidatePrompt(text string) error {
 	_, err := sim.ParseScript(text)
 	return err
+}
+
+// FlushTraces exports the spans that ended so far (no-op with tracing off).
+func (s *Server) FlushTraces(ctx context.Context) error {
+	if s.tracing == nil {
+		return nil
+	}
+	return s.tracing.ForceFlush(ctx)
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -304,8 +342,12 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonpb),
 		runtime.WithMarshalerOption(sseContentType, sse),
 		runtime.WithIncomingHeaderMatcher(func(h string) (string, bool) {
-			if http.CanonicalHeaderKey(h) == "Last-Event-Id" {
+			switch http.CanonicalHeaderKey(h) {
+			case "Last-Event-Id":
 				return lastEventIDKey, true
+			case "Traceparent", "Tracestate":
+				// W3C trace context, for the prompt's span.
+				return strings.ToLower(h), true
 			}
 			return runtime.DefaultHeaderMatcher(h)
 		}),
@@ -420,6 +462,12 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		if err := s.closeStores(); err != nil {
 			errs = append(errs, fmt.Errorf("stores: %w", err))
+		}
+		if s.tracing != nil {
+			// The last spans (the prompts the drain ended) go out.
+			if err := s.tracing.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("telemetry: %w", err))
+			}
 		}
 		s.stopErr = errors.Join(errs...)
 		s.log.Info("agentd stopped")

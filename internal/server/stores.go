@@ -163,8 +163,8 @@ type credentialAdapter struct {
 	metrics *metrics.Metrics
 }
 
-func (a credentialAdapter) Pick(ctx context.Context, tenant, providerName string) (c provider.Credential, ok bool, err error) {
-	c, ok, err = a.store.Pick(ctx, tenant, providerName)
+func (a credentialAdapter) Pick(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error) {
+	c, ok, err = a.store.PickPreferred(ctx, tenant, providerName, prefer)
 	a.metrics.StoreOp(a.backend, "pick", ignoreAllBlocked(err))
 	return c, ok, err
 }

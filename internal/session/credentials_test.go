@@ -39,6 +39,10 @@ func credManager(t *testing.T, creds ...credstore.Credential) (*session.Manager,
 // storeAdapter is the server's adapter, without metrics.
 type storeAdapter struct{ credstore.Store }
 
+func (a storeAdapter) Pick(ctx context.Context, tenant, p, prefer string) (provider.Credential, bool, error) {
+	return a.Store.PickPreferred(ctx, tenant, p, prefer)
+}
+
 func (a storeAdapter) UsageLimited(ctx context.Context, tenant, p, id string, w time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
 	sw, err := a.Store.UsageLimited(ctx, tenant, p, id, w, fromProvider, reason)
 	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
@@ -163,9 +167,9 @@ type pickCounter struct {
 	picks atomic.Int32
 }
 
-func (c *pickCounter) Pick(ctx context.Context, tenant, p string) (provider.Credential, bool, error) {
+func (c *pickCounter) Pick(ctx context.Context, tenant, p, prefer string) (provider.Credential, bool, error) {
 	c.picks.Add(1)
-	return c.storeAdapter.Pick(ctx, tenant, p)
+	return c.storeAdapter.Pick(ctx, tenant, p, prefer)
 }
 
 // A switch hands the retry its sibling: the store chose it in the same call

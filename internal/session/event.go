@@ -3,6 +3,8 @@ package session
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/agentd/agentd/internal/provider"
 )
 
 // Event types (the retry events are those of docs/retry-policy.md §5).
@@ -68,9 +70,22 @@ type Event struct {
 	To       string
 	Reason   string
 	Provider string
+	// model_change, credential_switched: the switch moved the session off
+	// the prompt cache it had.
+	CacheLost bool
 	// prompt_end.
 	Outcome string
 	Error   string
+
+	// message_end: the call's usage (always set, zero when the provider
+	// reported none). prompt_end: every model call of the prompt, failed
+	// attempts included; RetryUsage is the part of it spent on attempts a
+	// retry or fallback threw away. CostUSD and RetryCostUSD are their cost
+	// in USD, nil when the catalog prices none of the calls.
+	Usage        *provider.Usage
+	CostUSD      *float64
+	RetryUsage   *provider.Usage
+	RetryCostUSD *float64
 }
 
 // ToolCallDelta is a fragment of a tool call as it forms.

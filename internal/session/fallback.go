@@ -206,5 +206,5 @@ func (s *Session) switchModelLocked(ctx context.Context, promptID, from, to, rea
 	if _, err := s.persistLocked(ctx, promptID, provider.Message{Role: RoleModelChange}, mc); err != nil {
 		s.m.log.Error("persist model change", "session", s.id, "err", err)
 	}
-	s.emit(Event{Type: EventModelChange, PromptID: promptID, From: from, To: to, Reason: reason})
+	s.emit(Event{Type: EventModelChange, PromptID: promptID, From: from, To: to, Reason: reason, CacheLost: s.modelCacheLostLocked(to)})
 }

@@ -16,6 +16,10 @@ type Entry struct {
 	PromptID    string
 	Message     provider.Message
 	ModelChange *ModelChange // set for model_change entries; Message.Role is "model_change"
+	// Assistant entries: the call's usage, and its cost in USD when the
+	// catalog prices the model.
+	Usage   *provider.Usage `json:",omitempty"`
+	CostUSD *float64        `json:",omitempty"`
 }
 
 // ModelChange records a switch of the session's model.

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 )
@@ -72,7 +74,11 @@ type Provider struct {
 	// Catalog is what the configuration's model catalog says of its models,
 	// by name (a model without an entry is unknown: nothing is checked).
 	Catalog map[string]provider.ModelInfo
-	Client  provider.Provider
+	// RotateCredentials: every call takes the next credential in rotation
+	// (Credentials.Pick without a preference) instead of keeping the
+	// session's.
+	RotateCredentials bool
+	Client            provider.Provider
 }
 
 // ModelInfo is the catalog's entry for model (Name set even when the
@@ -95,7 +101,12 @@ type Credentials interface {
 	// Pick returns the credential for a session of tenant's next call to
 	// the provider, from tenant's pool (its own credentials, then the
 	// server's); ok is false when the provider has none (the simulated one).
-	Pick(ctx context.Context, tenant, providerName string) (c provider.Credential, ok bool, err error)
+	// prefer is the credential the session used last: it is kept while it
+	// is in the pool and available (the provider's prompt cache is per
+	// account), without moving the pool's rotation; "" (a session's first
+	// call to the provider) picks in rotation, which spreads sessions over
+	// the siblings.
+	Pick(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error)
 	// UsageLimited is step 7 of the retry flow: it records that cred (of
 	// tenant's pool) hit a usage limit for window (the provider's hint when
 	// fromProvider, else the retry engine's estimate) and tries to switch to
@@ -148,6 +159,11 @@ type Options struct {
 	// Now is the clock of event and history timestamps; nil uses time.Now.
 	// Timers use the time package, so tests control them with testing/synctest.
 	Now func() time.Time
+	// Tracer, when set, traces every prompt: a span per prompt and a child
+	// span per model call attempt (see trace.go). Nil: no tracing, at no
+	// cost. CaptureContent puts prompt and answer text on the spans.
+	Tracer         trace.Tracer
+	CaptureContent bool
 }
 
 // Manager is the registry of sessions.
@@ -155,6 +171,9 @@ type Manager struct {
 	opts      Options
 	providers map[string]Provider
 	log       *slog.Logger
+	// traced holds the running prompt's span by session id, for the log
+	// lines' trace ids (trace.go); only with Options.Tracer.
+	traced sync.Map
 
 	baseCtx context.Context
 	stop    context.CancelFunc
@@ -205,6 +224,10 @@ func NewManager(opts Options) *Manager {
 	opts.Limits = opts.Limits.withDefaults()
 	m := &Manager{opts: opts, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
 		followed: map[*Session]struct{}{}}
+	if opts.Tracer != nil {
+		// Log lines about a session carry its running prompt's trace id.
+		m.log = slog.New(traceIDHandler{next: opts.Logger.Handler(), m: m})
+	}
 	for _, p := range opts.Providers {
 		m.providers[p.Name] = p
 	}

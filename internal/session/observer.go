@@ -1,6 +1,10 @@
 package session
 
-import "time"
+import (
+	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+)
 
 // Chain outcomes, as the Observer hears them.
 const (
@@ -48,6 +52,10 @@ type Call struct {
 	// in-stream error) and the retry class.
 	Status int
 	Class  string
+	// Usage is what the call reported it used; CostUSD its cost, nil when
+	// the catalog has no price for the model.
+	Usage   provider.Usage
+	CostUSD *float64
 }
 
 // Retry describes one scheduled retry (an auto_retry_start).
@@ -78,6 +86,10 @@ type Observer interface {
 	// Takeover reports a change of the replica running a prompt (shared
 	// store only): one of the Takeover outcomes.
 	Takeover(outcome string)
+	// RetryWasted reports the usage of a failed call that a retry or
+	// fallback threw away (its model as provider/model); calls that used
+	// nothing are not reported.
+	RetryWasted(provider, model string, u provider.Usage)
 }
 
 // NopObserver ignores everything.
@@ -95,5 +107,6 @@ func (NopObserver) FallbackSucceeded(string)                   {}
 func (NopObserver) FallbackReverted(string)                    {}
 func (NopObserver) SubscriberDropped()                         {}
 func (NopObserver) Takeover(string)                            {}
+func (NopObserver) RetryWasted(string, string, provider.Usage) {}
 
 var _ Observer = NopObserver{}

@@ -106,7 +106,7 @@ func newReasoningEnv(t *testing.T, fake providertest.Options, settings retry.Set
 				Client: openai.New(openai.Options{API: openai.APIResponses, BaseURL: srv.URL + "/v1", EncryptedReasoning: true})},
 		},
 		Retry:             settings,
-		Credentials:       storeAdapter{store},
+		Credentials:       rotatingAdapter{storeAdapter{store}},
 		Cooldowns:         cooldown.NewMemory(clk.Now),
 		Rand:              func() float64 { return 0 },
 		Now:               clk.Now,
@@ -114,6 +114,15 @@ func newReasoningEnv(t *testing.T, fake providertest.Options, settings retry.Set
 	})
 	t.Cleanup(func() { m.Close(context.Background()) })
 	return &reasoningEnv{fake: srv, m: m, clk: clk, log: logs}
+}
+
+// rotatingAdapter picks in rotation at every call, never keeping the
+// session's credential: the worst case for reasoning state (a session
+// keeps its credential unless it is blocked, which moves it as well).
+type rotatingAdapter struct{ storeAdapter }
+
+func (a rotatingAdapter) Pick(ctx context.Context, tenant, p, _ string) (provider.Credential, bool, error) {
+	return a.Store.Pick(ctx, tenant, p)
 }
 
 func cred(providerName, id, secret, account string) credstore.Credential {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"time"
@@ -87,7 +88,8 @@ func recordOf(s *Session) Record {
 }
 
 func (s *Session) mutableLocked() Mutable {
-	mu := Mutable{Model: s.model, Settings: s.settings}
+	mu := Mutable{Model: s.model, Settings: s.settings, Spent: &Spend{}, Credentials: maps.Clone(s.sticky)}
+	*mu.Spent = s.spent
 	if fb := s.fallback; fb != nil {
 		mu.Fallback = &FallbackState{Role: fb.role, Original: fb.original, Pinned: fb.pinned}
 	}
@@ -96,6 +98,10 @@ func (s *Session) mutableLocked() Mutable {
 
 func (s *Session) setMutableLocked(mu Mutable) {
 	s.model, s.settings, s.fallback = mu.Model, mu.Settings, nil
+	s.spent, s.sticky = Spend{}, maps.Clone(mu.Credentials)
+	if mu.Spent != nil {
+		s.spent = *mu.Spent
+	}
 	if fb := mu.Fallback; fb != nil {
 		s.fallback = &activeFallback{role: fb.Role, original: fb.Original, pinned: fb.Pinned}
 	}

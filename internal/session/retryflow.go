@@ -209,8 +209,9 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 			s.mu.Lock()
 			s.credential = sw.To
 			s.switchedTo.provider, s.switchedTo.cred = p.Name, sw.To
+			lost := s.credentialCacheLostLocked(sw.To)
 			s.mu.Unlock()
-			s.emit(Event{Type: EventCredentialSwitched, PromptID: promptID, Provider: p.Name, From: cred.ID, To: sw.To.ID})
+			s.emit(Event{Type: EventCredentialSwitched, PromptID: promptID, Provider: p.Name, From: cred.ID, To: sw.To.ID, CacheLost: lost})
 		}
 	}
 	// 8. No credential switch: the model fallback chain (never for a stale

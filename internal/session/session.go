@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
@@ -97,6 +100,26 @@ type Session struct {
 	}
 	fallback *activeFallback
 	waiting  *toolWait // the tool calls the run waits for
+
+	// What the session's model calls spent (persisted with the record),
+	// and what the running prompt's did, and of that what its retries
+	// threw away (prompt_end).
+	spent     Spend
+	runSpent  Spend
+	runWasted Spend
+	// sticky is the credential the session used last, by provider name:
+	// its next call to the provider keeps it while it is available.
+	// warmModel and warmAccount are where the session's last call that
+	// read a prompt went (provider/model and credential account): the
+	// prompt cache it has.
+	sticky      map[string]string
+	warmModel   string
+	warmAccount string
+
+	// Tracing (trace.go): the trace context the running prompt's Prompt
+	// call came with, and the prompt's span while it runs.
+	runTrace trace.SpanContext
+	span     atomic.Pointer[spanRef]
 }
 
 // ID is the session's identifier.
@@ -116,6 +139,10 @@ type State struct {
 	MessageCount                                        int
 	// PendingToolCalls are the tool calls the run waits for results of.
 	PendingToolCalls []ToolCall
+	// Usage is every model call's of the session, failed attempts included;
+	// CostUSD their cost, nil when the catalog prices none of them.
+	Usage   provider.Usage
+	CostUSD *float64
 }
 
 // State returns a snapshot of the session.
@@ -126,7 +153,7 @@ func (s *Session) State() State {
 		ID: s.id, Tenant: s.tenant, Model: s.model, PrimaryModel: s.primary, Role: s.role,
 		SystemPrompt: s.system, IsRetrying: s.gateOpen, RetryAttempt: s.retryAttempt,
 		Retry: s.settings, Tools: s.tools, Params: s.params, Created: s.created, LastSeq: s.log.lastSeq(),
-		MessageCount: s.entries, Status: StatusIdle,
+		MessageCount: s.entries, Status: StatusIdle, Usage: s.spent.Usage, CostUSD: s.spent.Cost(),
 	}
 	if w := s.waiting; w != nil {
 		for _, p := range w.calls {
@@ -372,6 +399,9 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
 	s.running, s.promptID, s.cancelRun, s.abortCause, s.chainStop = true, promptID, cancel, stopNone, stopNone
 	s.runParams, s.thinkingOff, s.reasoningRetried = params, false, false
+	if s.m.opts.Tracer != nil {
+		s.runTrace = trace.SpanContextFromContext(ctx)
+	}
 	s.runDone = make(chan struct{})
 	gen := s.generation
 	started = true
@@ -382,7 +412,12 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 // persistLocked appends an entry to the persisted history and returns its
 // index.
 func (s *Session) persistLocked(ctx context.Context, promptID string, msg provider.Message, mc *ModelChange) (int64, error) {
-	e := Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg, ModelChange: mc}
+	return s.persistEntryLocked(ctx, Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg, ModelChange: mc})
+}
+
+// persistEntryLocked appends e to the persisted history and returns its
+// index.
+func (s *Session) persistEntryLocked(ctx context.Context, e Entry) (int64, error) {
 	idx, err := s.m.opts.History.Append(context.WithoutCancel(ctx), s.id, e)
 	if err != nil {
 		if s.m.opts.Shared != nil {
@@ -397,7 +432,14 @@ func (s *Session) persistLocked(ctx context.Context, promptID string, msg provid
 
 // appendContextLocked persists msg and appends it to the runtime context.
 func (s *Session) appendContextLocked(ctx context.Context, promptID string, msg provider.Message) error {
-	idx, err := s.persistLocked(ctx, promptID, msg, nil)
+	return s.appendEntryLocked(ctx, Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: msg})
+}
+
+// appendEntryLocked persists e and appends its message to the runtime
+// context.
+func (s *Session) appendEntryLocked(ctx context.Context, e Entry) error {
+	msg := e.Message
+	idx, err := s.persistEntryLocked(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -410,6 +452,9 @@ func (s *Session) appendContextLocked(ctx context.Context, promptID string, msg 
 // for the stored stream.
 func (s *Session) emit(e Event) {
 	e = s.log.publish(e)
+	if s.m.opts.Tracer != nil {
+		s.traceEvent(&e)
+	}
 	if sh := s.m.opts.Shared; sh != nil && e.Seq != 0 {
 		sh.AppendEvent(s.id, e)
 	}
@@ -427,6 +472,12 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	defer cancel()
 	stopLease := s.keepLease(promptID)
 	started := time.Now()
+	s.mu.Lock()
+	s.runSpent, s.runWasted = Spend{}, Spend{}
+	parent := s.runTrace
+	s.runTrace = trace.SpanContext{}
+	s.mu.Unlock()
+	ctx, span := s.startPromptSpan(ctx, promptID, parent)
 	var outcome, errText string
 	switch {
 	case res != nil && res.lost:
@@ -455,6 +506,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	if s.handoff {
 		// Handed to the other replicas: no prompt_end, the run record stays.
 		s.handoff = false
+		s.endPromptSpan(span, TakeoverHandedOff, "", s.runSpent, s.runWasted)
 		s.mu.Unlock()
 		s.handOver()
 		s.mu.Lock()
@@ -483,7 +535,10 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		// Before prompt_end: a client that saw it may start another.
 		s.m.prompts.put(s.tenant)
 	}
-	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText})
+	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText,
+		Usage: usagePtr(s.runSpent.Usage), CostUSD: s.runSpent.Cost(),
+		RetryUsage: usagePtr(s.runWasted.Usage), RetryCostUSD: s.runWasted.Cost()})
+	s.endPromptSpan(span, outcome, errText, s.runSpent, s.runWasted)
 	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
 	if shared {
 		s.ending = true
@@ -568,6 +623,12 @@ func (s *Session) loop(ctx context.Context, gen uint64, promptID string, call in
 			return OutcomeFailed, final
 		}
 		cont, final, by := s.handleRetryable(ctx, gen, promptID, &t, v, allowFallback, call)
+		if cont {
+			// The failed call is thrown away: the retry goes on without it.
+			s.mu.Lock()
+			s.wasteLocked(&t)
+			s.mu.Unlock()
+		}
 		if !cont {
 			if ctx.Err() != nil || by != stopNone {
 				return OutcomeAborted, final
@@ -609,16 +670,30 @@ func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (tur
 type turn struct {
 	provider.Result
 	verdict retry.Verdict
+	// cost is the call's cost, nil when unpriced.
+	cost *float64
 	// allBlocked: no credential could be picked; allBlockedFor is the time
 	// until the earliest blocked one frees up.
 	allBlocked    bool
 	allBlockedFor time.Duration
 }
 
-// callModel makes one model call: message_start, message_update as output
+// callModel makes one model call, in a span of its own when the prompt is
+// traced.
+func (s *Session) callModel(ctx context.Context, promptID string, call int) turn {
+	if s.m.opts.Tracer == nil {
+		return s.callModelOnce(ctx, promptID, call)
+	}
+	a := s.startAttempt(ctx, call)
+	t := s.callModelOnce(ctx, promptID, call)
+	s.endAttempt(a, &t)
+	return t
+}
+
+// callModelOnce makes one model call: message_start, message_update as output
 // streams, message_end; the assistant message goes to the history and the
 // runtime context.
-func (s *Session) callModel(ctx context.Context, promptID string, call int) turn {
+func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) turn {
 	s.mu.Lock()
 	model := s.model
 	p := s.m.providerOf(model)
@@ -640,7 +715,13 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	if s.m.opts.Credentials != nil && switched.provider == p.Name && switched.cred.ID != "" {
 		req.Credential = switched.cred
 	} else if s.m.opts.Credentials != nil {
-		cred, _, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name)
+		var prefer string
+		if !p.RotateCredentials {
+			s.mu.Lock()
+			prefer = s.sticky[p.Name]
+			s.mu.Unlock()
+		}
+		cred, _, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name, prefer)
 		if err != nil {
 			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
 			res := provider.Result{Message: provider.Message{
@@ -664,6 +745,11 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		req.Credential = cred
 		s.mu.Lock()
 		s.credential = cred
+		s.mu.Unlock()
+	}
+	if req.Credential.ID != "" {
+		s.mu.Lock()
+		s.stickLocked(p.Name, req.Credential.ID)
 		s.mu.Unlock()
 	}
 	// The runtime context as this call's target may take it: reasoning
@@ -690,7 +776,8 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	if b := s.m.opts.Budget; b != nil && t.Message.StopReason != provider.StopError && t.Message.StopReason != provider.StopAborted {
 		b.Succeeded(model)
 	}
-	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason}
+	c := Call{Provider: p.Name, Model: model, Duration: time.Since(started), TTFT: ttft, StopReason: t.Message.StopReason,
+		Usage: t.Usage, CostUSD: t.cost}
 	if t.Message.StopReason == provider.StopError {
 		if t.Failure != nil {
 			c.Status = t.Failure.Status
@@ -744,8 +831,10 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, origin
 		stripIncompleteToolCalls(msg)
 	}
 	var v retry.Verdict
+	cost := s.m.costOf(model, res.Usage)
 	end := Event{Type: EventMessageEnd, PromptID: promptID, Model: model, StopReason: msg.StopReason,
-		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text()}
+		ErrorMessage: msg.ErrorMessage, StopDetails: msg.StopDetails, Text: msg.Text(),
+		Usage: usagePtr(res.Usage), CostUSD: cost}
 	if msg.StopReason == provider.StopError {
 		if verdict != nil {
 			v = *verdict
@@ -757,12 +846,22 @@ func (s *Session) finishCall(ctx context.Context, promptID, model string, origin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streaming = false
+	if res.Usage.PromptTokens() > 0 {
+		s.warmModel, s.warmAccount = model, origin.Account
+	}
+	if credentialFailed(&res) {
+		// The key itself was refused: the next call takes another.
+		delete(s.sticky, s.m.providerOf(model).Name)
+	}
+	s.spent.add(res.Usage, cost)
+	s.runSpent.add(res.Usage, cost)
 	// The history keeps every entry, error entries included.
-	if err := s.appendContextLocked(ctx, promptID, *msg); err != nil {
+	e := Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: *msg, Usage: usagePtr(res.Usage), CostUSD: cost}
+	if err := s.appendEntryLocked(ctx, e); err != nil {
 		s.m.log.Error("persist assistant message", "session", s.id, "err", err)
 	}
 	s.emit(end)
-	return turn{Result: res, verdict: v}
+	return turn{Result: res, verdict: v, cost: cost}
 }
 
 // failureOf turns a provider result into the retry engine's input.

@@ -188,6 +188,12 @@ type Mutable struct {
 	Model    string         `json:"model"`
 	Settings retry.Settings `json:"settings"`
 	Fallback *FallbackState `json:"fallback,omitempty"`
+	// Spent is what the session's model calls spent so far (nil in
+	// records written before it was kept: nothing known).
+	Spent *Spend `json:"spent,omitempty"`
+	// Credentials are the credentials the session keeps, by provider name
+	// (the one it used last: see Credentials.Pick).
+	Credentials map[string]string `json:"credentials,omitempty"`
 }
 
 // FallbackState is a session's active model fallback.

@@ -51,6 +51,9 @@ type Options struct {
 	MaxTokens int
 	// Version is the anthropic-version header; empty: DefaultVersion.
 	Version string
+	// NoPromptCache sends no cache_control marks (see requestBody): the
+	// API then caches nothing.
+	NoPromptCache bool
 }
 
 // Client calls the Anthropic Messages API. It is safe for concurrent use.
@@ -176,8 +179,8 @@ func (s *stream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
 	case "message_start":
 		s.started = true
 		u := e.Message.Usage
-		a.Usage.InputTokens = u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
-		a.Usage.OutputTokens = u.OutputTokens
+		a.Usage = provider.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CacheReadTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens}
 	case "content_block_start":
 		cb := e.ContentBlock
 		switch cb.Type {
@@ -217,8 +220,12 @@ func (s *stream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
 			s.details = e.StopDetails
 		}
 		if u := e.Usage; u != nil {
-			if in := u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens; in > 0 {
-				a.Usage.InputTokens = in
+			// Counts are cumulative; the input-side ones, when message_delta
+			// repeats them, replace message_start's.
+			if u.InputTokens+u.CacheCreationInputTokens+u.CacheReadInputTokens > 0 {
+				a.Usage.InputTokens = u.InputTokens
+				a.Usage.CacheReadTokens = u.CacheReadInputTokens
+				a.Usage.CacheWriteTokens = u.CacheCreationInputTokens
 			}
 			a.Usage.OutputTokens = u.OutputTokens
 		}

@@ -65,8 +65,11 @@
 // Stop reasons: end_turn, stop_sequence and pause_turn → stop; max_tokens
 // and model_context_window_exceeded → length; tool_use → toolUse; refusal →
 // error with StopDetails "refusal" and "Refusal (<category>):
-// <explanation>" from stop_details. Usage: input tokens include cache
-// reads and writes.
+// <explanation>" from stop_details. Usage: input_tokens,
+// cache_read_input_tokens and cache_creation_input_tokens as InputTokens,
+// CacheReadTokens and CacheWriteTokens (apart, as the API counts them) from
+// message_start, replaced by message_delta's when it repeats them; output
+// (thinking included) from message_delta. No reasoning count.
 //
 // Failures are Results with StopReason "error", the provider's wording
 // formatted by [provider.HTTPErrorMessage], and a [provider.Failure]:

@@ -313,7 +313,8 @@ func TestParamsMapping(t *testing.T) {
 			s := newServer(t, providertest.Options{})
 			req := request()
 			req.Params = tc.params
-			if res, _ := streamT(t, newClient(t, Options{BaseURL: s.URL}), req); res.Message.StopReason != provider.StopEnd {
+			c := newClient(t, Options{BaseURL: s.URL, NoPromptCache: true}) // the marks: cache_test.go
+			if res, _ := streamT(t, c, req); res.Message.StopReason != provider.StopEnd {
 				t.Fatalf("result %+v", res)
 			}
 			reqs, err := s.WaitRequests(testCtx(t), 1)
@@ -358,7 +359,7 @@ func TestFinalThinkingWithThinkingOff(t *testing.T) {
 		provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "b"}}},
 		provider.Message{Role: provider.RoleAssistant, Content: []provider.Block{signed, {Type: provider.BlockRedactedThinking, Data: "d"}, {Type: provider.BlockText, Text: "The answer is"}}},
 	)
-	c := New(Options{})
+	c := New(Options{NoPromptCache: true}) // the marks: cache_test.go
 	got, _ := json.Marshal(c.requestBody(req).Messages)
 	want := `[{"role":"user","content":[{"type":"text","text":"hi"}]},` +
 		`{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"sig"},{"type":"text","text":"a"}]},` +

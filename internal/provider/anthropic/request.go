@@ -11,7 +11,7 @@ import (
 type messagesRequest struct {
 	Model         string        `json:"model"`
 	MaxTokens     int           `json:"max_tokens"`
-	System        string        `json:"system,omitempty"`
+	System        any           `json:"system,omitempty"` // a string, or []wireBlock with a cache mark
 	Messages      []wireMessage `json:"messages"`
 	Tools         []wireTool    `json:"tools,omitempty"`
 	Temperature   *float64      `json:"temperature,omitempty"`
@@ -45,12 +45,60 @@ type wireBlock struct {
 	ToolUseID string          `json:"tool_use_id,omitempty"` // tool_result
 	Content   string          `json:"content,omitempty"`
 	IsError   bool            `json:"is_error,omitempty"`
+	// CacheControl is a prompt-cache breakpoint (see cacheBreakpoints).
+	CacheControl *cacheControl `json:"cache_control,omitempty"`
 }
 
 type wireTool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"input_schema"`
+	Name         string          `json:"name"`
+	Description  string          `json:"description,omitempty"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	CacheControl *cacheControl   `json:"cache_control,omitempty"`
+}
+
+// cacheControl is a breakpoint of Anthropic's prompt cache:
+// {"type": "ephemeral"} (the default five-minute cache).
+type cacheControl struct {
+	Type string `json:"type"`
+}
+
+// ephemeral is the mark every breakpoint carries.
+var ephemeral = &cacheControl{Type: "ephemeral"}
+
+// MaxCacheBreakpoints is the most cache_control marks the API takes in one
+// request.
+const MaxCacheBreakpoints = 4
+
+// cacheBreakpoints marks the prompt-cache breakpoints of body, at most
+// MaxCacheBreakpoints, at positions that stay put from call to call so
+// that each call reads the prefix the previous one wrote: the last tool
+// (the tools), the system prompt (as a one-block system array), and the
+// last block of each of the last two user turns. An agent loop's next call
+// ends with a new user turn (a prompt or tool results): its mark on the
+// previous last user turn is where the previous call's last mark was, so
+// the whole history before it is read from the cache and only the new
+// turn is written. A block that cannot carry a mark (thinking) is skipped.
+func cacheBreakpoints(body *messagesRequest) {
+	if n := len(body.Tools); n > 0 {
+		body.Tools[n-1].CacheControl = ephemeral
+	}
+	if s, ok := body.System.(string); ok && s != "" {
+		body.System = []wireBlock{{Type: "text", Text: s, CacheControl: ephemeral}}
+	}
+	marked := 0
+	for i := len(body.Messages) - 1; i >= 0 && marked < 2; i-- {
+		m := &body.Messages[i]
+		if m.Role != "user" {
+			continue
+		}
+		for j := len(m.Content) - 1; j >= 0; j-- {
+			if b := &m.Content[j]; b.Type == "text" || b.Type == "tool_result" {
+				b.CacheControl = ephemeral
+				marked++
+				break
+			}
+		}
+	}
 }
 
 // emptyObject is the JSON of a tool call without arguments and of a tool
@@ -97,6 +145,9 @@ func (c *Client) requestBody(req *provider.Request) messagesRequest {
 			schema = objectSchema
 		}
 		body.Tools = append(body.Tools, wireTool{Name: t.Name, Description: t.Description, InputSchema: schema})
+	}
+	if !c.opts.NoPromptCache {
+		cacheBreakpoints(&body)
 	}
 	return body
 }

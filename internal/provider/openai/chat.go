@@ -24,6 +24,7 @@ type chatRequest struct {
 	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+	PromptCacheKey      string         `json:"prompt_cache_key,omitempty"`
 }
 
 type streamOptions struct {
@@ -149,7 +150,11 @@ func chatBody(req *provider.Request, noStreamOptions bool) chatRequest {
 }
 
 func (c *Client) streamChat(ctx context.Context, req *provider.Request, a *wire.Acc) provider.Result {
-	hreq, err := c.newRequest(req, chatBody(req, c.opts.ChatNoStreamOptions))
+	body := chatBody(req, c.opts.ChatNoStreamOptions)
+	if !c.opts.NoPromptCache {
+		body.PromptCacheKey = req.SessionID
+	}
+	hreq, err := c.newRequest(req, body)
 	if err != nil {
 		return a.Fail("openai: "+err.Error(), "", nil)
 	}
@@ -187,10 +192,7 @@ type chatChunk struct {
 		} `json:"delta"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *openAIUsage    `json:"usage"`
 	Error json.RawMessage `json:"error"`
 }
 
@@ -210,7 +212,7 @@ func (s *chatStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, erro
 		return &r, nil
 	}
 	if ch.Usage != nil {
-		a.Usage = provider.Usage{InputTokens: ch.Usage.PromptTokens, OutputTokens: ch.Usage.CompletionTokens}
+		a.Usage = ch.Usage.usage()
 	}
 	if len(ch.Choices) == 0 {
 		return nil, nil

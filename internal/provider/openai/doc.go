@@ -24,7 +24,10 @@
 // message, function_call and function_call_output items, tools are
 // function tools with strict false; Chat: a system message, then user,
 // assistant (text and tool_calls) and tool messages, with
-// stream_options.include_usage. Assistant messages that ended in error or
+// stream_options.include_usage. Usage (both APIs): the prompt tokens less
+// their cached_tokens as InputTokens, cached_tokens as CacheReadTokens (no
+// cache-write count: OpenAI bills writes as input), output as OutputTokens
+// and its reasoning_tokens as ReasoningTokens. Assistant messages that ended in error or
 // were aborted without content are skipped; Chat sends no thinking back.
 //
 // Model parameters ([provider.Params]): Responses max_output_tokens,

@@ -72,6 +72,10 @@ type Options struct {
 	// before api-version 2024-09-01-preview, some compatible servers); the
 	// result then has no usage unless the server sends it anyway.
 	ChatNoStreamOptions bool
+	// NoPromptCache leaves out prompt_cache_key. By default every request
+	// carries its session's id as prompt_cache_key, so that OpenAI routes a
+	// session's calls to the machines that hold its cached prefix.
+	NoPromptCache bool
 
 	// ChainCacheSize bounds the sessions whose last response is remembered
 	// (least recently used first out); 0: DefaultChainCacheSize.

@@ -28,6 +28,7 @@ type responsesRequest struct {
 	PreviousResponseID string          `json:"previous_response_id,omitempty"`
 	Store              bool            `json:"store"`
 	Stream             bool            `json:"stream"`
+	PromptCacheKey     string          `json:"prompt_cache_key,omitempty"`
 }
 
 // reasoningParam is the request's reasoning: {"effort", "summary"}.
@@ -172,6 +173,9 @@ func (c *Client) streamResponses(ctx context.Context, req *provider.Request, a *
 	if c.opts.EncryptedReasoning {
 		body.Include = []string{includeEncryptedReasoning}
 	}
+	if !c.opts.NoPromptCache {
+		body.PromptCacheKey = req.SessionID
+	}
 	for _, t := range req.Tools {
 		body.Tools = append(body.Tools, responsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: toolSchema(t)})
 	}
@@ -248,10 +252,7 @@ type responseObject struct {
 	IncompleteDetails *struct {
 		Reason string `json:"reason"`
 	} `json:"incomplete_details"`
-	Usage *struct {
-		InputTokens  int64 `json:"input_tokens"`
-		OutputTokens int64 `json:"output_tokens"`
-	} `json:"usage"`
+	Usage *openAIUsage `json:"usage"`
 }
 
 type responsesEvent struct {
@@ -302,7 +303,7 @@ func (s *responsesStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result,
 			s.responseID = r.ID
 		}
 		if u := r.Usage; u != nil {
-			a.Usage = provider.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+			a.Usage = u.usage()
 		}
 	}
 	key := itemKey(e.ItemID, e.OutputIndex)

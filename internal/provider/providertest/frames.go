@@ -57,6 +57,20 @@ func usage(a *Answer) (in, out int) {
 	return in, out
 }
 
+// anthropicStartUsage is message_start's usage: the documented example's
+// two counts, and the cache counts when the answer has any (as the API
+// sends them: the input counted apart from them).
+func anthropicStartUsage(a *Answer, in int) obj {
+	u := obj{{"input_tokens", in}}
+	if a.CacheReadTokens != 0 || a.CacheWriteTokens != 0 {
+		u = append(u, kv{"cache_creation_input_tokens", a.CacheWriteTokens}, kv{"cache_read_input_tokens", a.CacheReadTokens})
+	}
+	return append(u, kv{"output_tokens", 1})
+}
+
+// openAIPrompt is the OpenAI kinds' prompt tokens: the cached ones included.
+func openAIPrompt(a *Answer, in int) int { return in + a.CacheReadTokens + a.CacheWriteTokens }
+
 func toolID(si streamInfo, prefix string, i int, t ToolCall) string {
 	if t.ID != "" {
 		return t.ID
@@ -93,7 +107,7 @@ func anthropicPlan(si streamInfo, a *Answer) plan {
 		{"message", obj{
 			{"id", id}, {"type", "message"}, {"role", "assistant"}, {"content", arr{}},
 			{"model", si.model}, {"stop_reason", nil}, {"stop_sequence", nil},
-			{"usage", obj{{"input_tokens", in}, {"output_tokens", 1}}},
+			{"usage", anthropicStartUsage(a, in)},
 		}},
 	}))}
 	ping := eventFrame("ping", sp(obj{{"type", "ping"}}))
@@ -207,9 +221,9 @@ func responsesPlan(si streamInfo, a *Answer) plan {
 		var u any
 		if status == "completed" || status == "incomplete" {
 			u = obj{
-				{"input_tokens", in}, {"input_tokens_details", obj{{"cached_tokens", 0}}},
-				{"output_tokens", out}, {"output_tokens_details", obj{{"reasoning_tokens", 0}}},
-				{"total_tokens", in + out},
+				{"input_tokens", openAIPrompt(a, in)}, {"input_tokens_details", obj{{"cached_tokens", a.CacheReadTokens}}},
+				{"output_tokens", out}, {"output_tokens_details", obj{{"reasoning_tokens", a.ReasoningTokens}}},
+				{"total_tokens", openAIPrompt(a, in) + out},
 			}
 		}
 		r := obj{
@@ -429,9 +443,9 @@ func chatPlan(si streamInfo, a *Answer) plan {
 			{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", si.model},
 			{"system_fingerprint", "fp_44709d6fcb"}, {"choices", arr{}},
 			{"usage", obj{
-				{"prompt_tokens", in}, {"completion_tokens", out}, {"total_tokens", in + out},
-				{"prompt_tokens_details", obj{{"cached_tokens", 0}, {"audio_tokens", 0}}},
-				{"completion_tokens_details", obj{{"reasoning_tokens", 0}, {"audio_tokens", 0},
+				{"prompt_tokens", openAIPrompt(a, in)}, {"completion_tokens", out}, {"total_tokens", openAIPrompt(a, in) + out},
+				{"prompt_tokens_details", obj{{"cached_tokens", a.CacheReadTokens}, {"audio_tokens", 0}}},
+				{"completion_tokens_details", obj{{"reasoning_tokens", a.ReasoningTokens}, {"audio_tokens", 0},
 					{"accepted_prediction_tokens", 0}, {"rejected_prediction_tokens", 0}}},
 			}},
 		})))

@@ -139,7 +139,15 @@ type Answer struct {
 	// category (Anthropic stop_details; Stop "refusal").
 	Refusal, RefusalCategory string
 	// Usage reported; zero: 25 input tokens, output = number of deltas.
-	InputTokens, OutputTokens int
+	// InputTokens is the input neither read from nor written to the cache,
+	// as agentd counts it: the OpenAI kinds report InputTokens +
+	// CacheReadTokens + CacheWriteTokens as their prompt tokens, with
+	// CacheReadTokens as its cached part (OpenAI has no cache-write count);
+	// Anthropic reports the three apart, in message_start (the cache fields
+	// when not zero). ReasoningTokens is the reasoning part of the output
+	// (the OpenAI kinds' reasoning_tokens; Anthropic has no such count).
+	InputTokens, OutputTokens                          int
+	CacheReadTokens, CacheWriteTokens, ReasoningTokens int
 }
 
 // ToolCall is one streamed tool call.

@@ -12,8 +12,15 @@
 // including the whitespace that follows it, so the deltas concatenate to
 // the final text. [Options.FirstTokenDelay] passes before the first delta
 // (and before an error answer), [Options.TokenDelay] between deltas. Usage
-// counts words as tokens: input is every word of the request's system
-// prompt and messages, output every word streamed.
+// counts words as tokens: the prompt is every word of the request's system
+// prompt and messages, output every word streamed. A simulated prompt
+// cache, one per account and model as the real ones are, splits the prompt:
+// the longest prefix (system prompt, then whole messages) that an earlier
+// request of the same account and model sent is cache read, the rest but
+// the last message cache write, the last message input. So an agent loop's
+// second turn reads its first turn back, and a switch to a credential of
+// another account starts cold. [Options.NoPromptCache] turns it off (all
+// input).
 //
 // A prompt with no text left after its directives are removed is answered
 // with "echo: (empty prompt)".

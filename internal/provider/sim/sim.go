@@ -19,12 +19,16 @@ import (
 type Options struct {
 	FirstTokenDelay time.Duration // before the first delta, or before an error answer
 	TokenDelay      time.Duration // between deltas
+	// NoPromptCache turns the simulated prompt cache off: every input
+	// token is then reported as input (see the package doc, Usage).
+	NoPromptCache bool
 }
 
 // Provider is the simulated provider. It is safe for concurrent use.
 type Provider struct {
-	opts Options
-	seq  atomic.Uint64 // request ids
+	opts  Options
+	seq   atomic.Uint64 // request ids
+	cache promptCache
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -246,6 +250,7 @@ type call struct {
 	thinking strings.Builder // thinking streamed so far
 	in       int64           // input tokens billed
 	out      int64           // words streamed, thinking included
+	split    *provider.Usage // c.in as the prompt cache split it, once
 }
 
 // wait waits d, or until the context is done; it reports whether the
@@ -346,8 +351,24 @@ func (c *call) result(stop, errMsg, details string, f *provider.Failure) provide
 	return provider.Result{
 		Message: m,
 		Failure: f,
-		Usage:   provider.Usage{InputTokens: c.in, OutputTokens: c.out},
+		Usage:   c.usage(),
 	}
+}
+
+// usage is the call's usage: the input it was billed, split by the prompt
+// cache, and the words it streamed.
+// The cache is consulted once per call.
+func (c *call) usage() provider.Usage {
+	if c.split == nil {
+		u := provider.Usage{InputTokens: c.in}
+		if c.in > 0 && !c.p.opts.NoPromptCache {
+			u = c.p.cache.usage(c.req, c.in)
+		}
+		c.split = &u
+	}
+	u := *c.split
+	u.OutputTokens = c.out
+	return u
 }
 
 // aborted ends a call whose context is done, or a reasonless abort.
@@ -503,13 +524,13 @@ func latestUserText(msgs []provider.Message) string {
 
 // inputTokens counts the words of the request.
 func inputTokens(req *provider.Request) int64 {
-	n := len(strings.Fields(req.System))
+	n := countWords(req.System)
 	for _, m := range req.Messages {
 		for _, b := range m.Content {
-			n += len(strings.Fields(b.Text))
+			n += countWords(b.Text)
 		}
 	}
-	return int64(n)
+	return n
 }
 
 // wordRe is one streamed word: the word and the whitespace after it.

@@ -62,7 +62,12 @@ type Session struct {
 	// The session's model parameters, as given at creation (a prompt's own
 	// params apply to that prompt only). Fields not set take the provider's
 	// defaults.
-	Params        *ModelParams `protobuf:"bytes,17,opt,name=params,proto3" json:"params,omitempty"`
+	Params *ModelParams `protobuf:"bytes,17,opt,name=params,proto3" json:"params,omitempty"`
+	// Every model call the session made, failed attempts included.
+	Usage *Usage `protobuf:"bytes,18,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Their cost in USD at the model catalog's prices; not set when the
+	// catalog prices none of them.
+	CostUsd       *float64 `protobuf:"fixed64,19,opt,name=cost_usd,json=costUsd,proto3,oneof" json:"cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +219,20 @@ func (x *Session) GetParams() *ModelParams {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *Session) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Session) GetCostUsd() float64 {
+	if x != nil && x.CostUsd != nil {
+		return *x.CostUsd
+	}
+	return 0
 }
 
 // ModelParams are the model parameters of a session's calls. Every field
@@ -1669,7 +1688,11 @@ type Message struct {
 	PromptId string                 `protobuf:"bytes,8,opt,name=prompt_id,json=promptId,proto3" json:"prompt_id,omitempty"`
 	Time     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=time,proto3" json:"time,omitempty"`
 	// model_change entries.
-	ModelChange   *ModelChange `protobuf:"bytes,10,opt,name=model_change,json=modelChange,proto3" json:"model_change,omitempty"`
+	ModelChange *ModelChange `protobuf:"bytes,10,opt,name=model_change,json=modelChange,proto3" json:"model_change,omitempty"`
+	// Assistant entries: the tokens the call used, and its cost in USD when
+	// the catalog prices the model.
+	Usage         *Usage   `protobuf:"bytes,11,opt,name=usage,proto3" json:"usage,omitempty"`
+	CostUsd       *float64 `protobuf:"fixed64,12,opt,name=cost_usd,json=costUsd,proto3,oneof" json:"cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1774,6 +1797,20 @@ func (x *Message) GetModelChange() *ModelChange {
 	return nil
 }
 
+func (x *Message) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Message) GetCostUsd() float64 {
+	if x != nil && x.CostUsd != nil {
+		return *x.CostUsd
+	}
+	return 0
+}
+
 // ContentBlock is one piece of a message.
 type ContentBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1870,7 +1907,7 @@ var File_agentd_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x15agentd/v1/agent.proto\x12\tagentd.v1\x1a\x15agentd/v1/event.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf8\x04\n" +
+	"\x15agentd/v1/agent.proto\x12\tagentd.v1\x1a\x15agentd/v1/event.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcd\x05\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
@@ -1891,7 +1928,10 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\blast_seq\x18\x0e \x01(\x04R\alastSeq\x12#\n" +
 	"\rmessage_count\x18\x0f \x01(\x05R\fmessageCount\x12A\n" +
 	"\x12pending_tool_calls\x18\x10 \x03(\v2\x13.agentd.v1.ToolCallR\x10pendingToolCalls\x12.\n" +
-	"\x06params\x18\x11 \x01(\v2\x16.agentd.v1.ModelParamsR\x06params\"\xf9\x01\n" +
+	"\x06params\x18\x11 \x01(\v2\x16.agentd.v1.ModelParamsR\x06params\x12&\n" +
+	"\x05usage\x18\x12 \x01(\v2\x10.agentd.v1.UsageR\x05usage\x12\x1e\n" +
+	"\bcost_usd\x18\x13 \x01(\x01H\x00R\acostUsd\x88\x01\x01B\v\n" +
+	"\t_cost_usd\"\xf9\x01\n" +
 	"\vModelParams\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
@@ -2002,7 +2042,7 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\x1aCreateStreamTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x12;\n" +
 	"\vexpire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\x85\x03\n" +
+	"expireTime\"\xda\x03\n" +
 	"\aMessage\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x03R\x05index\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x121\n" +
@@ -2015,7 +2055,10 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\tprompt_id\x18\b \x01(\tR\bpromptId\x12.\n" +
 	"\x04time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x129\n" +
 	"\fmodel_change\x18\n" +
-	" \x01(\v2\x16.agentd.v1.ModelChangeR\vmodelChange\"\xc7\x01\n" +
+	" \x01(\v2\x16.agentd.v1.ModelChangeR\vmodelChange\x12&\n" +
+	"\x05usage\x18\v \x01(\v2\x10.agentd.v1.UsageR\x05usage\x12\x1e\n" +
+	"\bcost_usd\x18\f \x01(\x01H\x00R\acostUsd\x88\x01\x01B\v\n" +
+	"\t_cost_usd\"\xc7\x01\n" +
 	"\fContentBlock\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12 \n" +
@@ -2087,11 +2130,12 @@ var file_agentd_v1_agent_proto_goTypes = []any{
 	nil,                                // 29: agentd.v1.RetrySettings.FallbackChainsEntry
 	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
 	(*ToolCall)(nil),                   // 31: agentd.v1.ToolCall
-	(*structpb.Struct)(nil),            // 32: google.protobuf.Struct
-	(*StopDetails)(nil),                // 33: agentd.v1.StopDetails
-	(*ModelChange)(nil),                // 34: agentd.v1.ModelChange
-	(*structpb.Value)(nil),             // 35: google.protobuf.Value
-	(*Event)(nil),                      // 36: agentd.v1.Event
+	(*Usage)(nil),                      // 32: agentd.v1.Usage
+	(*structpb.Struct)(nil),            // 33: google.protobuf.Struct
+	(*StopDetails)(nil),                // 34: agentd.v1.StopDetails
+	(*ModelChange)(nil),                // 35: agentd.v1.ModelChange
+	(*structpb.Value)(nil),             // 36: google.protobuf.Value
+	(*Event)(nil),                      // 37: agentd.v1.Event
 }
 var file_agentd_v1_agent_proto_depIdxs = []int32{
 	3,  // 0: agentd.v1.Session.retry:type_name -> agentd.v1.RetrySettings
@@ -2099,52 +2143,54 @@ var file_agentd_v1_agent_proto_depIdxs = []int32{
 	30, // 2: agentd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
 	31, // 3: agentd.v1.Session.pending_tool_calls:type_name -> agentd.v1.ToolCall
 	1,  // 4: agentd.v1.Session.params:type_name -> agentd.v1.ModelParams
-	2,  // 5: agentd.v1.ModelParams.thinking:type_name -> agentd.v1.ThinkingParams
-	29, // 6: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
-	32, // 7: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
-	3,  // 8: agentd.v1.CreateSessionRequest.retry:type_name -> agentd.v1.RetrySettings
-	5,  // 9: agentd.v1.CreateSessionRequest.tools:type_name -> agentd.v1.Tool
-	1,  // 10: agentd.v1.CreateSessionRequest.params:type_name -> agentd.v1.ModelParams
-	0,  // 11: agentd.v1.ListSessionsResponse.sessions:type_name -> agentd.v1.Session
-	1,  // 12: agentd.v1.PromptRequest.params:type_name -> agentd.v1.ModelParams
-	27, // 13: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
-	23, // 14: agentd.v1.SubmitToolResultsRequest.results:type_name -> agentd.v1.ToolResult
-	30, // 15: agentd.v1.CreateStreamTicketResponse.expire_time:type_name -> google.protobuf.Timestamp
-	28, // 16: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
-	33, // 17: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
-	30, // 18: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
-	34, // 19: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
-	35, // 20: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
-	4,  // 21: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
-	6,  // 22: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
-	7,  // 23: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
-	8,  // 24: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
-	10, // 25: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
-	12, // 26: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
-	13, // 27: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
-	14, // 28: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
-	16, // 29: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
-	18, // 30: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
-	20, // 31: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
-	22, // 32: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
-	25, // 33: agentd.v1.AgentService.CreateStreamTicket:input_type -> agentd.v1.CreateStreamTicketRequest
-	0,  // 34: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
-	0,  // 35: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
-	9,  // 36: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
-	11, // 37: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
-	36, // 38: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
-	36, // 39: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
-	15, // 40: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
-	17, // 41: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
-	19, // 42: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
-	21, // 43: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
-	24, // 44: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
-	26, // 45: agentd.v1.AgentService.CreateStreamTicket:output_type -> agentd.v1.CreateStreamTicketResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	32, // 5: agentd.v1.Session.usage:type_name -> agentd.v1.Usage
+	2,  // 6: agentd.v1.ModelParams.thinking:type_name -> agentd.v1.ThinkingParams
+	29, // 7: agentd.v1.RetrySettings.fallback_chains:type_name -> agentd.v1.RetrySettings.FallbackChainsEntry
+	33, // 8: agentd.v1.Tool.input_schema:type_name -> google.protobuf.Struct
+	3,  // 9: agentd.v1.CreateSessionRequest.retry:type_name -> agentd.v1.RetrySettings
+	5,  // 10: agentd.v1.CreateSessionRequest.tools:type_name -> agentd.v1.Tool
+	1,  // 11: agentd.v1.CreateSessionRequest.params:type_name -> agentd.v1.ModelParams
+	0,  // 12: agentd.v1.ListSessionsResponse.sessions:type_name -> agentd.v1.Session
+	1,  // 13: agentd.v1.PromptRequest.params:type_name -> agentd.v1.ModelParams
+	27, // 14: agentd.v1.ListMessagesResponse.messages:type_name -> agentd.v1.Message
+	23, // 15: agentd.v1.SubmitToolResultsRequest.results:type_name -> agentd.v1.ToolResult
+	30, // 16: agentd.v1.CreateStreamTicketResponse.expire_time:type_name -> google.protobuf.Timestamp
+	28, // 17: agentd.v1.Message.content:type_name -> agentd.v1.ContentBlock
+	34, // 18: agentd.v1.Message.stop_details:type_name -> agentd.v1.StopDetails
+	30, // 19: agentd.v1.Message.time:type_name -> google.protobuf.Timestamp
+	35, // 20: agentd.v1.Message.model_change:type_name -> agentd.v1.ModelChange
+	32, // 21: agentd.v1.Message.usage:type_name -> agentd.v1.Usage
+	36, // 22: agentd.v1.ContentBlock.tool_input:type_name -> google.protobuf.Value
+	4,  // 23: agentd.v1.RetrySettings.FallbackChainsEntry.value:type_name -> agentd.v1.ModelChain
+	6,  // 24: agentd.v1.AgentService.CreateSession:input_type -> agentd.v1.CreateSessionRequest
+	7,  // 25: agentd.v1.AgentService.GetSession:input_type -> agentd.v1.GetSessionRequest
+	8,  // 26: agentd.v1.AgentService.ListSessions:input_type -> agentd.v1.ListSessionsRequest
+	10, // 27: agentd.v1.AgentService.DeleteSession:input_type -> agentd.v1.DeleteSessionRequest
+	12, // 28: agentd.v1.AgentService.Prompt:input_type -> agentd.v1.PromptRequest
+	13, // 29: agentd.v1.AgentService.StreamEvents:input_type -> agentd.v1.StreamEventsRequest
+	14, // 30: agentd.v1.AgentService.Abort:input_type -> agentd.v1.AbortRequest
+	16, // 31: agentd.v1.AgentService.AbortRetry:input_type -> agentd.v1.AbortRetryRequest
+	18, // 32: agentd.v1.AgentService.SetAutoRetry:input_type -> agentd.v1.SetAutoRetryRequest
+	20, // 33: agentd.v1.AgentService.ListMessages:input_type -> agentd.v1.ListMessagesRequest
+	22, // 34: agentd.v1.AgentService.SubmitToolResults:input_type -> agentd.v1.SubmitToolResultsRequest
+	25, // 35: agentd.v1.AgentService.CreateStreamTicket:input_type -> agentd.v1.CreateStreamTicketRequest
+	0,  // 36: agentd.v1.AgentService.CreateSession:output_type -> agentd.v1.Session
+	0,  // 37: agentd.v1.AgentService.GetSession:output_type -> agentd.v1.Session
+	9,  // 38: agentd.v1.AgentService.ListSessions:output_type -> agentd.v1.ListSessionsResponse
+	11, // 39: agentd.v1.AgentService.DeleteSession:output_type -> agentd.v1.DeleteSessionResponse
+	37, // 40: agentd.v1.AgentService.Prompt:output_type -> agentd.v1.Event
+	37, // 41: agentd.v1.AgentService.StreamEvents:output_type -> agentd.v1.Event
+	15, // 42: agentd.v1.AgentService.Abort:output_type -> agentd.v1.AbortResponse
+	17, // 43: agentd.v1.AgentService.AbortRetry:output_type -> agentd.v1.AbortRetryResponse
+	19, // 44: agentd.v1.AgentService.SetAutoRetry:output_type -> agentd.v1.SetAutoRetryResponse
+	21, // 45: agentd.v1.AgentService.ListMessages:output_type -> agentd.v1.ListMessagesResponse
+	24, // 46: agentd.v1.AgentService.SubmitToolResults:output_type -> agentd.v1.SubmitToolResultsResponse
+	26, // 47: agentd.v1.AgentService.CreateStreamTicket:output_type -> agentd.v1.CreateStreamTicketResponse
+	36, // [36:48] is the sub-list for method output_type
+	24, // [24:36] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_agentd_v1_agent_proto_init() }
@@ -2153,12 +2199,14 @@ func file_agentd_v1_agent_proto_init() {
 		return
 	}
 	file_agentd_v1_event_proto_init()
+	file_agentd_v1_agent_proto_msgTypes[0].OneofWrappers = []any{}
 	file_agentd_v1_agent_proto_msgTypes[1].OneofWrappers = []any{}
 	file_agentd_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
 		(*ThinkingParams_BudgetTokens)(nil),
 		(*ThinkingParams_Effort)(nil),
 	}
 	file_agentd_v1_agent_proto_msgTypes[3].OneofWrappers = []any{}
+	file_agentd_v1_agent_proto_msgTypes[27].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

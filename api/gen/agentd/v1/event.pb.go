@@ -631,7 +631,13 @@ type MessageEnd struct {
 	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
 	// Retry classification of an error stop: transient, usage_limit,
 	// context_overflow, stale_replay, refusal or not_retryable.
-	ErrorClass    string `protobuf:"bytes,6,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	ErrorClass string `protobuf:"bytes,6,opt,name=error_class,json=errorClass,proto3" json:"error_class,omitempty"`
+	// The tokens the call used, as its provider reported them (zero when it
+	// reported none: an error answer before any stream).
+	Usage *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	// What the call cost in USD at the model catalog's price; not set when
+	// the catalog has no price for the model.
+	CostUsd       *float64 `protobuf:"fixed64,8,opt,name=cost_usd,json=costUsd,proto3,oneof" json:"cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -708,6 +714,101 @@ func (x *MessageEnd) GetErrorClass() string {
 	return ""
 }
 
+func (x *MessageEnd) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *MessageEnd) GetCostUsd() float64 {
+	if x != nil && x.CostUsd != nil {
+		return *x.CostUsd
+	}
+	return 0
+}
+
+// Usage counts tokens. input_tokens is only the input neither read from nor
+// written to the prompt cache (Anthropic's input_tokens; OpenAI's prompt
+// tokens less their cached part), so that input, cache read and cache
+// write add up to the whole prompt. reasoning_tokens is the part of
+// output_tokens spent on reasoning, where the provider says (OpenAI).
+type Usage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	InputTokens      int64                  `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens     int64                  `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	CacheReadTokens  int64                  `protobuf:"varint,3,opt,name=cache_read_tokens,json=cacheReadTokens,proto3" json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens int64                  `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	ReasoningTokens  int64                  `protobuf:"varint,5,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Usage) Reset() {
+	*x = Usage{}
+	mi := &file_agentd_v1_event_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Usage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Usage) ProtoMessage() {}
+
+func (x *Usage) ProtoReflect() protoreflect.Message {
+	mi := &file_agentd_v1_event_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Usage.ProtoReflect.Descriptor instead.
+func (*Usage) Descriptor() ([]byte, []int) {
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Usage) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheReadTokens() int64 {
+	if x != nil {
+		return x.CacheReadTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheWriteTokens() int64 {
+	if x != nil {
+		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
 // ToolCall is a complete tool call the client must execute.
 type ToolCall struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -720,7 +821,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_agentd_v1_event_proto_msgTypes[7]
+	mi := &file_agentd_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +833,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[7]
+	mi := &file_agentd_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +846,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolCall) GetCallId() string {
@@ -778,7 +879,7 @@ type AgentEnd struct {
 
 func (x *AgentEnd) Reset() {
 	*x = AgentEnd{}
-	mi := &file_agentd_v1_event_proto_msgTypes[8]
+	mi := &file_agentd_v1_event_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +891,7 @@ func (x *AgentEnd) String() string {
 func (*AgentEnd) ProtoMessage() {}
 
 func (x *AgentEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[8]
+	mi := &file_agentd_v1_event_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +904,7 @@ func (x *AgentEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentEnd.ProtoReflect.Descriptor instead.
 func (*AgentEnd) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{8}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{9}
 }
 
 // AutoRetryStart: a retry is scheduled after delay_ms.
@@ -825,7 +926,7 @@ type AutoRetryStart struct {
 
 func (x *AutoRetryStart) Reset() {
 	*x = AutoRetryStart{}
-	mi := &file_agentd_v1_event_proto_msgTypes[9]
+	mi := &file_agentd_v1_event_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +938,7 @@ func (x *AutoRetryStart) String() string {
 func (*AutoRetryStart) ProtoMessage() {}
 
 func (x *AutoRetryStart) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[9]
+	mi := &file_agentd_v1_event_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +951,7 @@ func (x *AutoRetryStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoRetryStart.ProtoReflect.Descriptor instead.
 func (*AutoRetryStart) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{9}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AutoRetryStart) GetAttempt() int32 {
@@ -908,7 +1009,7 @@ type AutoRetryEnd struct {
 
 func (x *AutoRetryEnd) Reset() {
 	*x = AutoRetryEnd{}
-	mi := &file_agentd_v1_event_proto_msgTypes[10]
+	mi := &file_agentd_v1_event_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1021,7 @@ func (x *AutoRetryEnd) String() string {
 func (*AutoRetryEnd) ProtoMessage() {}
 
 func (x *AutoRetryEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[10]
+	mi := &file_agentd_v1_event_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1034,7 @@ func (x *AutoRetryEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AutoRetryEnd.ProtoReflect.Descriptor instead.
 func (*AutoRetryEnd) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{10}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AutoRetryEnd) GetSuccess() bool {
@@ -969,7 +1070,7 @@ type RetryFallbackApplied struct {
 
 func (x *RetryFallbackApplied) Reset() {
 	*x = RetryFallbackApplied{}
-	mi := &file_agentd_v1_event_proto_msgTypes[11]
+	mi := &file_agentd_v1_event_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1082,7 @@ func (x *RetryFallbackApplied) String() string {
 func (*RetryFallbackApplied) ProtoMessage() {}
 
 func (x *RetryFallbackApplied) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[11]
+	mi := &file_agentd_v1_event_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1095,7 @@ func (x *RetryFallbackApplied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFallbackApplied.ProtoReflect.Descriptor instead.
 func (*RetryFallbackApplied) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{11}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RetryFallbackApplied) GetFrom() string {
@@ -1029,7 +1130,7 @@ type RetryFallbackSucceeded struct {
 
 func (x *RetryFallbackSucceeded) Reset() {
 	*x = RetryFallbackSucceeded{}
-	mi := &file_agentd_v1_event_proto_msgTypes[12]
+	mi := &file_agentd_v1_event_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1142,7 @@ func (x *RetryFallbackSucceeded) String() string {
 func (*RetryFallbackSucceeded) ProtoMessage() {}
 
 func (x *RetryFallbackSucceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[12]
+	mi := &file_agentd_v1_event_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1155,7 @@ func (x *RetryFallbackSucceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryFallbackSucceeded.ProtoReflect.Descriptor instead.
 func (*RetryFallbackSucceeded) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{12}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetryFallbackSucceeded) GetModel() string {
@@ -1079,14 +1180,18 @@ type ModelChange struct {
 	// fallback (the retry flow fell back to the chain's next model), revert
 	// (back to the primary, its cooldown expired) or cooldown (a prompt started
 	// on a model cooling down: on the first model of the chain that is not).
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The change moved the session off the prompt cache it had: a provider's
+	// cache holds one model's prompts, so a change of model after the
+	// session's first call loses it.
+	CacheLost     bool `protobuf:"varint,4,opt,name=cache_lost,json=cacheLost,proto3" json:"cache_lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelChange) Reset() {
 	*x = ModelChange{}
-	mi := &file_agentd_v1_event_proto_msgTypes[13]
+	mi := &file_agentd_v1_event_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1203,7 @@ func (x *ModelChange) String() string {
 func (*ModelChange) ProtoMessage() {}
 
 func (x *ModelChange) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[13]
+	mi := &file_agentd_v1_event_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1216,7 @@ func (x *ModelChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelChange.ProtoReflect.Descriptor instead.
 func (*ModelChange) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{13}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ModelChange) GetFrom() string {
@@ -1135,20 +1240,31 @@ func (x *ModelChange) GetReason() string {
 	return ""
 }
 
+func (x *ModelChange) GetCacheLost() bool {
+	if x != nil {
+		return x.CacheLost
+	}
+	return false
+}
+
 // CredentialSwitched: the session moved to a sibling credential.
 type CredentialSwitched struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Provider string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	// Credential ids, never secrets.
-	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
-	To            string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To   string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// The switch moved the session off the prompt cache it had: the two
+	// credentials belong to different accounts, and a provider's cache is
+	// per account.
+	CacheLost     bool `protobuf:"varint,4,opt,name=cache_lost,json=cacheLost,proto3" json:"cache_lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CredentialSwitched) Reset() {
 	*x = CredentialSwitched{}
-	mi := &file_agentd_v1_event_proto_msgTypes[14]
+	mi := &file_agentd_v1_event_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1276,7 @@ func (x *CredentialSwitched) String() string {
 func (*CredentialSwitched) ProtoMessage() {}
 
 func (x *CredentialSwitched) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[14]
+	mi := &file_agentd_v1_event_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1289,7 @@ func (x *CredentialSwitched) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialSwitched.ProtoReflect.Descriptor instead.
 func (*CredentialSwitched) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{14}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CredentialSwitched) GetProvider() string {
@@ -1197,6 +1313,13 @@ func (x *CredentialSwitched) GetTo() string {
 	return ""
 }
 
+func (x *CredentialSwitched) GetCacheLost() bool {
+	if x != nil {
+		return x.CacheLost
+	}
+	return false
+}
+
 // ContextOverflow: the context no longer fits the model; handed to
 // compaction, never retried.
 type ContextOverflow struct {
@@ -1208,7 +1331,7 @@ type ContextOverflow struct {
 
 func (x *ContextOverflow) Reset() {
 	*x = ContextOverflow{}
-	mi := &file_agentd_v1_event_proto_msgTypes[15]
+	mi := &file_agentd_v1_event_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1343,7 @@ func (x *ContextOverflow) String() string {
 func (*ContextOverflow) ProtoMessage() {}
 
 func (x *ContextOverflow) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[15]
+	mi := &file_agentd_v1_event_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1356,7 @@ func (x *ContextOverflow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextOverflow.ProtoReflect.Descriptor instead.
 func (*ContextOverflow) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{15}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ContextOverflow) GetErrorMessage() string {
@@ -1247,15 +1370,24 @@ func (x *ContextOverflow) GetErrorMessage() string {
 type PromptEnd struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// completed, failed or aborted.
-	Outcome       string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Outcome string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Error   string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// Every model call of the prompt, failed attempts included.
+	Usage *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The part of usage spent on attempts that a retry or fallback threw
+	// away (a refusal that fell back, a stale replay, a call cut off before
+	// any output that was billed for its input).
+	RetryUsage *Usage `protobuf:"bytes,4,opt,name=retry_usage,json=retryUsage,proto3" json:"retry_usage,omitempty"`
+	// Their cost in USD; not set when the catalog prices none of the calls.
+	CostUsd       *float64 `protobuf:"fixed64,5,opt,name=cost_usd,json=costUsd,proto3,oneof" json:"cost_usd,omitempty"`
+	RetryCostUsd  *float64 `protobuf:"fixed64,6,opt,name=retry_cost_usd,json=retryCostUsd,proto3,oneof" json:"retry_cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PromptEnd) Reset() {
 	*x = PromptEnd{}
-	mi := &file_agentd_v1_event_proto_msgTypes[16]
+	mi := &file_agentd_v1_event_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1399,7 @@ func (x *PromptEnd) String() string {
 func (*PromptEnd) ProtoMessage() {}
 
 func (x *PromptEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_agentd_v1_event_proto_msgTypes[16]
+	mi := &file_agentd_v1_event_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1412,7 @@ func (x *PromptEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptEnd.ProtoReflect.Descriptor instead.
 func (*PromptEnd) Descriptor() ([]byte, []int) {
-	return file_agentd_v1_event_proto_rawDescGZIP(), []int{16}
+	return file_agentd_v1_event_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PromptEnd) GetOutcome() string {
@@ -1295,6 +1427,34 @@ func (x *PromptEnd) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *PromptEnd) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *PromptEnd) GetRetryUsage() *Usage {
+	if x != nil {
+		return x.RetryUsage
+	}
+	return nil
+}
+
+func (x *PromptEnd) GetCostUsd() float64 {
+	if x != nil && x.CostUsd != nil {
+		return *x.CostUsd
+	}
+	return 0
+}
+
+func (x *PromptEnd) GetRetryCostUsd() float64 {
+	if x != nil && x.RetryCostUsd != nil {
+		return *x.RetryCostUsd
+	}
+	return 0
 }
 
 var File_agentd_v1_event_proto protoreflect.FileDescriptor
@@ -1346,7 +1506,7 @@ const file_agentd_v1_event_proto_rawDesc = "" +
 	"\vinput_delta\x18\x03 \x01(\tR\n" +
 	"inputDelta\"!\n" +
 	"\vStopDetails\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\"\xd8\x01\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\"\xad\x02\n" +
 	"\n" +
 	"MessageEnd\x12\x1f\n" +
 	"\vstop_reason\x18\x01 \x01(\tR\n" +
@@ -1356,7 +1516,16 @@ const file_agentd_v1_event_proto_rawDesc = "" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x1f\n" +
 	"\verror_class\x18\x06 \x01(\tR\n" +
-	"errorClass\"e\n" +
+	"errorClass\x12&\n" +
+	"\x05usage\x18\a \x01(\v2\x10.agentd.v1.UsageR\x05usage\x12\x1e\n" +
+	"\bcost_usd\x18\b \x01(\x01H\x00R\acostUsd\x88\x01\x01B\v\n" +
+	"\t_cost_usd\"\xd4\x01\n" +
+	"\x05Usage\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12*\n" +
+	"\x11cache_read_tokens\x18\x03 \x01(\x03R\x0fcacheReadTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\x04 \x01(\x03R\x10cacheWriteTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x05 \x01(\x03R\x0freasoningTokens\"e\n" +
 	"\bToolCall\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12,\n" +
@@ -1382,20 +1551,31 @@ const file_agentd_v1_event_proto_rawDesc = "" +
 	"\x04role\x18\x03 \x01(\tR\x04role\"B\n" +
 	"\x16RetryFallbackSucceeded\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x12\n" +
-	"\x04role\x18\x02 \x01(\tR\x04role\"I\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\"h\n" +
 	"\vModelChange\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"T\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"cache_lost\x18\x04 \x01(\bR\tcacheLost\"s\n" +
 	"\x12CredentialSwitched\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\tR\x02to\"6\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1d\n" +
+	"\n" +
+	"cache_lost\x18\x04 \x01(\bR\tcacheLost\"6\n" +
 	"\x0fContextOverflow\x12#\n" +
-	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\";\n" +
+	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\"\x81\x02\n" +
 	"\tPromptEnd\x12\x18\n" +
 	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05errorB5Z3github.com/agentd/agentd/api/gen/agentd/v1;agentdv1b\x06proto3"
+	"\x05error\x18\x02 \x01(\tR\x05error\x12&\n" +
+	"\x05usage\x18\x03 \x01(\v2\x10.agentd.v1.UsageR\x05usage\x121\n" +
+	"\vretry_usage\x18\x04 \x01(\v2\x10.agentd.v1.UsageR\n" +
+	"retryUsage\x12\x1e\n" +
+	"\bcost_usd\x18\x05 \x01(\x01H\x00R\acostUsd\x88\x01\x01\x12)\n" +
+	"\x0eretry_cost_usd\x18\x06 \x01(\x01H\x01R\fretryCostUsd\x88\x01\x01B\v\n" +
+	"\t_cost_usdB\x11\n" +
+	"\x0f_retry_cost_usdB5Z3github.com/agentd/agentd/api/gen/agentd/v1;agentdv1b\x06proto3"
 
 var (
 	file_agentd_v1_event_proto_rawDescOnce sync.Once
@@ -1409,7 +1589,7 @@ func file_agentd_v1_event_proto_rawDescGZIP() []byte {
 	return file_agentd_v1_event_proto_rawDescData
 }
 
-var file_agentd_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_agentd_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_agentd_v1_event_proto_goTypes = []any{
 	(*Event)(nil),                  // 0: agentd.v1.Event
 	(*AgentStart)(nil),             // 1: agentd.v1.AgentStart
@@ -1418,43 +1598,47 @@ var file_agentd_v1_event_proto_goTypes = []any{
 	(*ToolCallDelta)(nil),          // 4: agentd.v1.ToolCallDelta
 	(*StopDetails)(nil),            // 5: agentd.v1.StopDetails
 	(*MessageEnd)(nil),             // 6: agentd.v1.MessageEnd
-	(*ToolCall)(nil),               // 7: agentd.v1.ToolCall
-	(*AgentEnd)(nil),               // 8: agentd.v1.AgentEnd
-	(*AutoRetryStart)(nil),         // 9: agentd.v1.AutoRetryStart
-	(*AutoRetryEnd)(nil),           // 10: agentd.v1.AutoRetryEnd
-	(*RetryFallbackApplied)(nil),   // 11: agentd.v1.RetryFallbackApplied
-	(*RetryFallbackSucceeded)(nil), // 12: agentd.v1.RetryFallbackSucceeded
-	(*ModelChange)(nil),            // 13: agentd.v1.ModelChange
-	(*CredentialSwitched)(nil),     // 14: agentd.v1.CredentialSwitched
-	(*ContextOverflow)(nil),        // 15: agentd.v1.ContextOverflow
-	(*PromptEnd)(nil),              // 16: agentd.v1.PromptEnd
-	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
-	(*structpb.Value)(nil),         // 18: google.protobuf.Value
+	(*Usage)(nil),                  // 7: agentd.v1.Usage
+	(*ToolCall)(nil),               // 8: agentd.v1.ToolCall
+	(*AgentEnd)(nil),               // 9: agentd.v1.AgentEnd
+	(*AutoRetryStart)(nil),         // 10: agentd.v1.AutoRetryStart
+	(*AutoRetryEnd)(nil),           // 11: agentd.v1.AutoRetryEnd
+	(*RetryFallbackApplied)(nil),   // 12: agentd.v1.RetryFallbackApplied
+	(*RetryFallbackSucceeded)(nil), // 13: agentd.v1.RetryFallbackSucceeded
+	(*ModelChange)(nil),            // 14: agentd.v1.ModelChange
+	(*CredentialSwitched)(nil),     // 15: agentd.v1.CredentialSwitched
+	(*ContextOverflow)(nil),        // 16: agentd.v1.ContextOverflow
+	(*PromptEnd)(nil),              // 17: agentd.v1.PromptEnd
+	(*timestamppb.Timestamp)(nil),  // 18: google.protobuf.Timestamp
+	(*structpb.Value)(nil),         // 19: google.protobuf.Value
 }
 var file_agentd_v1_event_proto_depIdxs = []int32{
-	17, // 0: agentd.v1.Event.time:type_name -> google.protobuf.Timestamp
+	18, // 0: agentd.v1.Event.time:type_name -> google.protobuf.Timestamp
 	1,  // 1: agentd.v1.Event.agent_start:type_name -> agentd.v1.AgentStart
 	2,  // 2: agentd.v1.Event.message_start:type_name -> agentd.v1.MessageStart
 	3,  // 3: agentd.v1.Event.message_update:type_name -> agentd.v1.MessageUpdate
 	6,  // 4: agentd.v1.Event.message_end:type_name -> agentd.v1.MessageEnd
-	7,  // 5: agentd.v1.Event.tool_call:type_name -> agentd.v1.ToolCall
-	8,  // 6: agentd.v1.Event.agent_end:type_name -> agentd.v1.AgentEnd
-	9,  // 7: agentd.v1.Event.auto_retry_start:type_name -> agentd.v1.AutoRetryStart
-	10, // 8: agentd.v1.Event.auto_retry_end:type_name -> agentd.v1.AutoRetryEnd
-	11, // 9: agentd.v1.Event.retry_fallback_applied:type_name -> agentd.v1.RetryFallbackApplied
-	12, // 10: agentd.v1.Event.retry_fallback_succeeded:type_name -> agentd.v1.RetryFallbackSucceeded
-	13, // 11: agentd.v1.Event.model_change:type_name -> agentd.v1.ModelChange
-	14, // 12: agentd.v1.Event.credential_switched:type_name -> agentd.v1.CredentialSwitched
-	15, // 13: agentd.v1.Event.context_overflow:type_name -> agentd.v1.ContextOverflow
-	16, // 14: agentd.v1.Event.prompt_end:type_name -> agentd.v1.PromptEnd
+	8,  // 5: agentd.v1.Event.tool_call:type_name -> agentd.v1.ToolCall
+	9,  // 6: agentd.v1.Event.agent_end:type_name -> agentd.v1.AgentEnd
+	10, // 7: agentd.v1.Event.auto_retry_start:type_name -> agentd.v1.AutoRetryStart
+	11, // 8: agentd.v1.Event.auto_retry_end:type_name -> agentd.v1.AutoRetryEnd
+	12, // 9: agentd.v1.Event.retry_fallback_applied:type_name -> agentd.v1.RetryFallbackApplied
+	13, // 10: agentd.v1.Event.retry_fallback_succeeded:type_name -> agentd.v1.RetryFallbackSucceeded
+	14, // 11: agentd.v1.Event.model_change:type_name -> agentd.v1.ModelChange
+	15, // 12: agentd.v1.Event.credential_switched:type_name -> agentd.v1.CredentialSwitched
+	16, // 13: agentd.v1.Event.context_overflow:type_name -> agentd.v1.ContextOverflow
+	17, // 14: agentd.v1.Event.prompt_end:type_name -> agentd.v1.PromptEnd
 	4,  // 15: agentd.v1.MessageUpdate.tool_call_delta:type_name -> agentd.v1.ToolCallDelta
 	5,  // 16: agentd.v1.MessageEnd.stop_details:type_name -> agentd.v1.StopDetails
-	18, // 17: agentd.v1.ToolCall.input:type_name -> google.protobuf.Value
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	7,  // 17: agentd.v1.MessageEnd.usage:type_name -> agentd.v1.Usage
+	19, // 18: agentd.v1.ToolCall.input:type_name -> google.protobuf.Value
+	7,  // 19: agentd.v1.PromptEnd.usage:type_name -> agentd.v1.Usage
+	7,  // 20: agentd.v1.PromptEnd.retry_usage:type_name -> agentd.v1.Usage
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_agentd_v1_event_proto_init() }
@@ -1478,13 +1662,15 @@ func file_agentd_v1_event_proto_init() {
 		(*Event_ContextOverflow)(nil),
 		(*Event_PromptEnd)(nil),
 	}
+	file_agentd_v1_event_proto_msgTypes[6].OneofWrappers = []any{}
+	file_agentd_v1_event_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentd_v1_event_proto_rawDesc), len(file_agentd_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,154 @@
+package session_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/sim"
+	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/telemetry"
+	"github.com/agentd/agentd/internal/telemetry/otlptest"
+)
+
+const traceSecret = "sk-trace-SECRET-0123456789abcdef"
+
+// A prompt retried twice is one agentd.prompt span, the child of the
+// caller's trace context, with three attempt spans named and attributed
+// after the GenAI conventions, the retry decisions as its events, and no
+// secret or prompt text anywhere; log lines about it carry its trace id.
+func TestPromptTrace(t *testing.T) {
+	coll := otlptest.Start(t)
+	tr, err := telemetry.Start(context.Background(), config.Telemetry{OTLP: config.OTLP{Endpoint: coll.Addr(), Insecure: true}}, telemetry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Shutdown(context.Background()) })
+	store := credstore.NewMemory(credstore.MemoryOptions{})
+	if _, err := store.Add(context.Background(), credstore.Credential{ID: "key-a", Provider: "sim", Secret: traceSecret}); err != nil {
+		t.Fatal(err)
+	}
+	settings := retry.DefaultSettings()
+	settings.BaseDelay = time.Millisecond
+	logs := &syncBuffer{}
+	m := session.NewManager(session.Options{
+		Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo"},
+			Catalog: map[string]provider.ModelInfo{"echo": {Name: "echo", Price: &provider.Price{InputPerMTok: 1, OutputPerMTok: 2}}},
+			Client:  sim.New(sim.Options{})}},
+		Retry:       settings,
+		Credentials: storeAdapter{store},
+		Tracer:      tr.Tracer(),
+		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
+		Rand:        func() float64 { return 0 },
+	})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	s := create(t, m, session.RetryOverrides{})
+
+	// The caller's trace context, as the server puts it in the call's.
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled, Remote: true})
+	ctx, cancel := context.WithTimeout(trace.ContextWithRemoteSpanContext(context.Background(), parent), 10*time.Second)
+	defer cancel()
+	_, sub, err := s.Prompt(ctx, "zebra-quartz [[faults: 529,503,ok]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := readUntilEnd(t, sub)
+	sub.Close()
+	if last(evs).Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end %+v", last(evs))
+	}
+	if err := tr.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := coll.WaitSpans(ctx, func(s *tracepb.Span) bool { return s.GetName() == session.SpanPrompt })
+	if err != nil {
+		t.Fatalf("no prompt span: %v", err)
+	}
+	var promptSpan *tracepb.Span
+	var attempts []*tracepb.Span
+	for _, sp := range spans {
+		switch {
+		case sp.GetName() == session.SpanPrompt:
+			if promptSpan != nil {
+				t.Fatalf("two prompt spans")
+			}
+			promptSpan = sp
+		case strings.HasPrefix(sp.GetName(), "chat "):
+			attempts = append(attempts, sp)
+		}
+	}
+	if otlptest.TraceID(promptSpan) != parent.TraceID().String() || otlptest.ParentID(promptSpan) != parent.SpanID().String() {
+		t.Errorf("prompt span in trace %s under %s, want %s under %s", otlptest.TraceID(promptSpan), otlptest.ParentID(promptSpan),
+			parent.TraceID(), parent.SpanID())
+	}
+	if otlptest.Attr(promptSpan, "gen_ai.conversation.id") != s.ID() || otlptest.Attr(promptSpan, "agentd.prompt.outcome") != "completed" {
+		t.Errorf("prompt span attributes %v", promptSpan.GetAttributes())
+	}
+	if len(attempts) != 3 {
+		t.Fatalf("%d attempt spans, want 3 (2 retries + 1)", len(attempts))
+	}
+	for i, a := range attempts {
+		if otlptest.ParentID(a) != otlptest.SpanID(promptSpan) || otlptest.TraceID(a) != parent.TraceID().String() {
+			t.Errorf("attempt %d is not a child of the prompt span", i)
+		}
+		if a.GetKind() != tracepb.Span_SPAN_KIND_CLIENT || a.GetName() != "chat echo" {
+			t.Errorf("attempt %d: %s kind %v", i, a.GetName(), a.GetKind())
+		}
+		for k, want := range map[string]string{
+			"gen_ai.operation.name": "chat", "gen_ai.system": "agentd.simulated", "gen_ai.request.model": "echo",
+			"gen_ai.response.model": "echo", "agentd.credential.id": "key-a", "agentd.call.index": []string{"0", "1", "2"}[i],
+		} {
+			if got := otlptest.Attr(a, k); got != want {
+				t.Errorf("attempt %d: %s = %q, want %q", i, k, got, want)
+			}
+		}
+		if i < 2 {
+			if otlptest.Attr(a, "error.type") != "transient" || a.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+				t.Errorf("failed attempt %d: error.type %q status %v", i, otlptest.Attr(a, "error.type"), a.GetStatus())
+			}
+			if want := []string{"529", "503"}[i]; otlptest.Attr(a, "agentd.error.status") != want {
+				t.Errorf("failed attempt %d: status %q, want %s", i, otlptest.Attr(a, "agentd.error.status"), want)
+			}
+			continue
+		}
+		if otlptest.Has(a, "error.type") || otlptest.Attr(a, "gen_ai.usage.input_tokens") != "3" || otlptest.Attr(a, "gen_ai.usage.output_tokens") != "2" ||
+			otlptest.Attr(a, "gen_ai.response.finish_reasons") == "" || !otlptest.Has(a, "agentd.cost_usd") {
+			t.Errorf("the answering attempt: %v", a.GetAttributes())
+		}
+	}
+	var retries []*tracepb.Span_Event
+	for _, e := range promptSpan.GetEvents() {
+		if e.GetName() == session.EventAutoRetryStart {
+			retries = append(retries, e)
+		}
+	}
+	if len(retries) != 2 {
+		t.Fatalf("prompt span events %v, want 2 auto_retry_start", promptSpan.GetEvents())
+	}
+	for i, e := range retries {
+		if otlptest.EventAttr(e, "agentd.retry.class") != "transient" || otlptest.EventAttr(e, "agentd.retry.delay_source") != "estimate" ||
+			otlptest.EventAttr(e, "agentd.retry.attempt") != []string{"1", "2"}[i] || otlptest.EventAttr(e, "agentd.retry.delay_ms") == "" {
+			t.Errorf("retry event %d: %v", i, e.GetAttributes())
+		}
+	}
+	dump := coll.Dump()
+	for _, secret := range []string{traceSecret, traceSecret[:12], "zebra-quartz"} {
+		if strings.Contains(dump, secret) {
+			t.Errorf("the exported spans contain %q", secret)
+		}
+	}
+	if !strings.Contains(logs.String(), "trace_id="+parent.TraceID().String()) {
+		t.Errorf("no log line carries the trace id:\n%s", logs.String())
+	}
+}
