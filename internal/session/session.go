@@ -255,6 +255,22 @@ func (s *Session) abortLocked(cause stop) <-chan struct{} {
 	return s.runDone
 }
 
+// CallerGone aborts the prompt promptID, its retry chain included, when it
+// still runs on this replica: its caller went away and asked for that
+// (PromptRequest.cancel_on_disconnect). The prompt ends aborted, and its
+// chain and prompt_end say "caller disconnected". A prompt that has ended
+// (or is sending its prompt_end), or runs on another replica, is left
+// alone. It does not wait for the prompt to end.
+func (s *Session) CallerGone(promptID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running || s.ending || s.promptID != promptID {
+		return
+	}
+	s.m.log.Info("prompt aborted: its caller went away", "session", s.id, "prompt", promptID)
+	s.abortLocked(stopCaller)
+}
+
 // Prompt starts a prompt and returns its id and a subscription positioned
 // just before its first event. The prompt runs on its own: the caller may
 // stop reading at any time.
