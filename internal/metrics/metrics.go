@@ -75,6 +75,7 @@ type Metrics struct {
 	FallbacksReverted  *prometheus.CounterVec
 	ModelsInCooldown   prometheus.Gauge
 	RetryBudgetTokens  *prometheus.GaugeVec
+	ModelProbes        *prometheus.CounterVec
 	RetryBudgetRefused *prometheus.CounterVec
 	ProviderDuration   *prometheus.HistogramVec
 	ProviderTTFT       *prometheus.HistogramVec
@@ -131,6 +132,9 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Returns to the primary model after its cooldown, by role."}, []string{"role"}),
 		ModelsInCooldown: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "models_in_cooldown",
 			Help: "Models cooling down now (skipped as fallback candidates)."}),
+		ModelProbes: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "model_probes_total",
+			Help: "Probe calls to a model whose cooldown ended (one at a time across the replicas), by outcome: success (the circuit closes), failure (a longer cooldown), released (the probe proved nothing: cancelled, a non-retryable error, never made)."},
+			[]string{"outcome"}),
 		RetryBudgetTokens: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "retry_budget_tokens",
 			Help: "Tokens left in the retry budget (retry.budget) of a model, shared by every replica with the Redis store; a retry needs more than half of max_tokens."},
 			[]string{"provider", "model"}),
@@ -206,6 +210,9 @@ func (m *Metrics) initialize() {
 	}
 	for _, o := range session.TakeoverOutcomes {
 		m.Takeovers.WithLabelValues(o)
+	}
+	for _, o := range ProbeOutcomes {
+		m.ModelProbes.WithLabelValues(o)
 	}
 	for _, o := range session.ChainOutcomes {
 		m.RetryChainsEnded.WithLabelValues(o)
@@ -316,6 +323,14 @@ func (m *Metrics) FallbackReverted(role string) {
 
 // SubscriberDropped implements session.Observer.
 func (m *Metrics) SubscriberDropped() { m.EventsDropped.Inc() }
+
+// ProbeOutcomes are the outcomes of a model's probe.
+var ProbeOutcomes = []string{session.ProbeSuccess, session.ProbeFailure, session.ProbeReleased}
+
+// ProbeSettled counts a settled probe.
+func (m *Metrics) ProbeSettled(outcome string) {
+	m.ModelProbes.WithLabelValues(closed(outcome, ProbeOutcomes)).Inc()
+}
 
 // RetryBudget reports a retry budget decision on model (provider/model):
 // the tokens left after it, and whether it refused the retry.

@@ -154,7 +154,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		Providers:         providers,
 		Retry:             retrySettings,
 		Credentials:       credentialAdapter{store: s.creds, backend: cfg.Store.Backend, metrics: s.metrics},
-		Cooldowns:         s.cooldowns,
+		Cooldowns:         probingCooldowns{cooldownRegistry: s.cooldowns, metrics: s.metrics},
 		Budget:            budget,
 		Observer:          s.metrics,
 		FallbackCooldown:  time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,

@@ -95,6 +95,7 @@ type Session struct {
 		cred     provider.Credential
 	}
 	fallback *activeFallback
+	probe    heldProbe // the probe of a model this session's next call to it makes
 	waiting  *toolWait // the tool calls the run waits for
 }
 
@@ -453,6 +454,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	default:
 		outcome, errText = s.loop(ctx, gen, promptID, 0)
 	}
+	s.releaseProbe() // claimed and never made
 	stopLease()
 
 	s.mu.Lock()
@@ -687,6 +689,7 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 		s.emit(e)
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
+	s.settleProbeCall(model, &t)
 	if b := s.m.opts.Budget; b != nil && t.Message.StopReason != provider.StopError && t.Message.StopReason != provider.StopAborted {
 		b.Succeeded(model)
 	}
