@@ -40,7 +40,7 @@ var (
 	Statuses = []string{"0", "200", "400", "401", "402", "403", "404", "408", "409", "413", "429",
 		"500", "502", "503", "504", "529", Other}
 	// BlockReasons say where a credential block's length came from.
-	BlockReasons = []string{"hint", "estimate"}
+	BlockReasons = []string{"hint", "estimate", "paced"}
 	// StoreOps are the credential-store operations.
 	StoreOps = []string{"pick", "block", "redeem", "add", "delete", "list"}
 	// RedisComponents are the parts of agentd a Redis round trip serves.
@@ -76,6 +76,7 @@ type Metrics struct {
 	ModelsInCooldown   prometheus.Gauge
 	RetryBudgetTokens  *prometheus.GaugeVec
 	ModelProbes        *prometheus.CounterVec
+	RateLimitsAvoided  *prometheus.CounterVec
 	RetryBudgetRefused *prometheus.CounterVec
 	ProviderDuration   *prometheus.HistogramVec
 	ProviderTTFT       *prometheus.HistogramVec
@@ -132,6 +133,9 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Returns to the primary model after its cooldown, by role."}, []string{"role"}),
 		ModelsInCooldown: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "models_in_cooldown",
 			Help: "Models cooling down now (skipped as fallback candidates)."}),
+		RateLimitsAvoided: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "rate_limits_avoided_total",
+			Help: "Credentials blocked before a 429 (pacing): a successful response showed a rate-limit bucket at 0 remaining, so the calls that follow go to a sibling or wait until its reset, by provider."},
+			[]string{"provider"}),
 		ModelProbes: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "model_probes_total",
 			Help: "Probe calls to a model whose cooldown ended (one at a time across the replicas), by outcome: success (the circuit closes), failure (a longer cooldown), released (the probe proved nothing: cancelled, a non-retryable error, never made)."},
 			[]string{"outcome"}),
@@ -200,6 +204,7 @@ func (m *Metrics) initialize() {
 		m.CredentialsBlocked.WithLabelValues(p)
 		m.Credentials.WithLabelValues(p)
 		m.BankedRedeemed.WithLabelValues(p)
+		m.RateLimitsAvoided.WithLabelValues(p)
 		m.ProviderDuration.WithLabelValues(p)
 		m.ProviderTTFT.WithLabelValues(p)
 		for _, st := range Statuses {
@@ -323,6 +328,11 @@ func (m *Metrics) FallbackReverted(role string) {
 
 // SubscriberDropped implements session.Observer.
 func (m *Metrics) SubscriberDropped() { m.EventsDropped.Inc() }
+
+// RateLimitAvoided counts a pacing block.
+func (m *Metrics) RateLimitAvoided(provider string) {
+	m.RateLimitsAvoided.WithLabelValues(m.provider(provider)).Inc()
+}
 
 // ProbeOutcomes are the outcomes of a model's probe.
 var ProbeOutcomes = []string{session.ProbeSuccess, session.ProbeFailure, session.ProbeReleased}

@@ -143,7 +143,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		if err != nil {
 			return nil, fmt.Errorf("providers %s: %w", pc.Name, err)
 		}
-		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(), Client: client})
+		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(), Client: client, Pace: pc.Paces()})
 		providerNames[pc.Name] = true
 	}
 	var budget session.RetryBudget

@@ -206,6 +206,21 @@ func (a credentialAdapter) UsageLimited(ctx context.Context, tenant, providerNam
 	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
 }
 
+var _ session.Pacer = credentialAdapter{}
+
+// Paced blocks a credential whose rate limit is at 0 remaining until its
+// reset (reason paced): the calls that follow go to a sibling or wait,
+// instead of meeting a 429.
+func (a credentialAdapter) Paced(ctx context.Context, tenant, providerName, credID string, wait time.Duration, reason string) error {
+	_, err := a.store.UsageLimited(ctx, tenant, providerName, credID, wait, true, reason)
+	a.metrics.StoreOp(a.backend, "block", err)
+	if err == nil {
+		a.metrics.CredentialBlocked(providerName, "paced")
+		a.metrics.RateLimitAvoided(providerName)
+	}
+	return err
+}
+
 // ignoreAllBlocked: every credential being blocked is an answer, not a
 // store failure.
 func ignoreAllBlocked(err error) error {

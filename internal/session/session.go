@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -690,6 +691,9 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
 	s.settleProbeCall(model, &t)
+	if p.Pace && t.RateLimit != nil && req.Credential.ID != "" && t.Message.StopReason != provider.StopError {
+		s.pace(ctx, p.Name, req.Credential.ID, t.RateLimit)
+	}
 	if b := s.m.opts.Budget; b != nil && t.Message.StopReason != provider.StopError && t.Message.StopReason != provider.StopAborted {
 		b.Succeeded(model)
 	}
@@ -702,6 +706,26 @@ func (s *Session) callModel(ctx context.Context, promptID string, call int) turn
 	}
 	s.m.opts.Observer.ModelCalled(c)
 	return t
+}
+
+// pace blocks credID when a successful response's rate-limit headers show
+// a bucket at 0 remaining: the next call would get a 429 (reason paced).
+func (s *Session) pace(ctx context.Context, providerName, credID string, headers http.Header) {
+	pacer, ok := s.m.opts.Credentials.(Pacer)
+	if !ok {
+		return
+	}
+	pc, ok := retry.PaceFromHeaders(headers, s.m.opts.Now())
+	if !ok {
+		return
+	}
+	reason := fmt.Sprintf("paced: %s is 0 until its reset in %v", pc.Bucket, pc.Wait.Round(time.Millisecond))
+	if err := pacer.Paced(context.WithoutCancel(ctx), s.tenant, providerName, credID, pc.Wait, reason); err != nil {
+		s.m.log.Warn("credential store: pacing block not recorded", "session", s.id, "provider", providerName, "err", err)
+		return
+	}
+	s.m.log.Info("credential paced: blocked until its rate limit resets", "session", s.id, "provider", providerName,
+		"credential", credID, "bucket", pc.Bucket, "wait_ms", pc.Wait.Milliseconds())
 }
 
 // callParams are the model parameters of a call of p's model: params
