@@ -93,6 +93,7 @@ var requiredDashboardMetrics = []string{
 	"agentd_credstore_operations_total", "agentd_credstore_errors_total", "agentd_store_degraded",
 	"agentd_redis_round_trips_total", "grpc_server_handled_total", "grpc_server_handling_seconds",
 	"agentd_tokens_total", "agentd_cost_usd_total", "agentd_retry_wasted_tokens_total",
+	"agentd_model_probes_total", "agentd_retry_budget_tokens", "agentd_retry_budget_refusals_total",
 }
 
 // requiredAlerts are the alerts issue 7 asks for.

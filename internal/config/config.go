@@ -246,6 +246,11 @@ type Provider struct {
 	EncryptedReasoning bool `yaml:"encrypted_reasoning"`
 	// MaxTokens (anthropic): max_tokens of every request (default 8192).
 	MaxTokens int `yaml:"max_tokens"`
+	// Pacing (default true): a credential whose successful response shows
+	// a rate-limit bucket at 0 remaining is treated as blocked until its
+	// reset (reason paced). Off for a provider with auto_redeem credentials
+	// (a paced block must not spend a banked reset).
+	Pacing *bool `yaml:"pacing"`
 	// Simulated provider pacing.
 	FirstTokenDelayMs int64 `yaml:"first_token_delay_ms"`
 	TokenDelayMs      int64 `yaml:"token_delay_ms"`
@@ -267,6 +272,20 @@ func (p Provider) PromptCacheOn() bool { return p.PromptCache == nil || *p.Promp
 // Sticky reports whether sessions keep their credential
 // (sticky_credentials, default true).
 func (p Provider) Sticky() bool { return p.StickyCredentials == nil || *p.StickyCredentials }
+
+// Paces reports whether the provider paces its credentials from the
+// rate-limit headers (providers[].pacing, and no auto_redeem).
+func (p Provider) Paces() bool {
+	if p.Pacing != nil && !*p.Pacing || p.AutoRedeem {
+		return false
+	}
+	for _, c := range p.Credentials {
+		if c.AutoRedeem {
+			return false
+		}
+	}
+	return true
+}
 
 // Credential is one secret of a provider.
 type Credential struct {

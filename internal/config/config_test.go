@@ -161,3 +161,20 @@ func TestFallbackChainModelsAreChecked(t *testing.T) {
 		t.Fatalf("a provider without models: %v", err)
 	}
 }
+
+func TestProviderPacing(t *testing.T) {
+	c, err := Parse(strings.NewReader(`providers:
+  - {name: a, kind: anthropic}
+  - {name: b, kind: anthropic, pacing: false}
+  - {name: c, kind: anthropic, auto_redeem: true}
+  - {name: d, kind: anthropic, credentials: [{id: k, api_key: sk-0123456789abcdef, auto_redeem: true}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, false, false} {
+		if got := c.Providers[i].Paces(); got != want {
+			t.Errorf("providers[%d] (%s).Paces() = %v, want %v", i, c.Providers[i].Name, got, want)
+		}
+	}
+}

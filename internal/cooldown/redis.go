@@ -2,6 +2,8 @@ package cooldown
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -15,15 +17,20 @@ import (
 // unreachable it falls back to a local registry (and merges nothing back:
 // cooldowns are short-lived).
 type Redis struct {
-	c     redis.Scripter
-	key   string
-	now   func() time.Time
-	local *Memory
+	c           redis.Scripter
+	key         string
+	circuit     string // <prefix>{cooldowns}:circuit
+	probePrefix string // <prefix>{cooldowns}:probe:
+	probeTTL    time.Duration
+	now         func() time.Time
+	local       *Memory
 }
 
 // suppressScript raises a model's cooldown end.
 //
 //	KEYS[1]  <prefix>{cooldowns}:models  ZSET model → end (ms, Redis clock)
+//	KEYS[2]  <prefix>{cooldowns}:circuit HASH: the model's circuit opens (a
+//	         probe closes it after the cooldown)
 //	ARGV[1]  model
 //	ARGV[2]  cooldown length, ms
 //
@@ -33,6 +40,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('ZADD', KEYS[1], 'GT', now + tonumber(ARGV[2]), ARGV[1])
+if KEYS[2] then redis.call('HSETNX', KEYS[2], ARGV[1], 0) end
 return 0
 `)
 
@@ -69,7 +77,15 @@ func NewRedis(client redis.Scripter, keyPrefix string, now func() time.Time) *Re
 	if now == nil {
 		now = time.Now
 	}
-	return &Redis{c: client, key: keyPrefix + "{cooldowns}:models", now: now, local: NewMemory(now)}
+	return &Redis{c: client, key: keyPrefix + "{cooldowns}:models", circuit: keyPrefix + "{cooldowns}:circuit",
+		probePrefix: keyPrefix + "{cooldowns}:probe:", probeTTL: DefaultProbeTTL, now: now, local: NewMemory(now)}
+}
+
+// SetProbeTTL sets how long a probe claim lasts (DefaultProbeTTL); tests
+// shorten it.
+func (r *Redis) SetProbeTTL(d time.Duration) {
+	r.probeTTL = d
+	r.local.SetProbeTTL(d)
 }
 
 // Suppress puts model in cooldown until until.
@@ -79,7 +95,7 @@ func (r *Redis) Suppress(ctx context.Context, model string, until time.Time) err
 	if d <= 0 {
 		return nil
 	}
-	if err := suppressScript.Run(ctx, r.c, []string{r.key}, model, d).Err(); err != nil {
+	if err := suppressScript.Run(ctx, r.c, []string{r.key, r.circuit}, model, d).Err(); err != nil {
 		return fmt.Errorf("cooldown: suppress %s: %w (kept locally)", model, err)
 	}
 	return nil
@@ -119,4 +135,95 @@ func (r *Redis) remaining(ctx context.Context, model string) (map[string]time.Ti
 		}
 	}
 	return out, nil
+}
+
+// admitScript answers Admit in one round trip.
+//
+//	KEYS[1]  <prefix>{cooldowns}:models        ZSET model → end of cooldown
+//	KEYS[2]  <prefix>{cooldowns}:circuit       HASH model → failed probes (open circuits)
+//	KEYS[3]  <prefix>{cooldowns}:probe:<model> the probe claim (token, with a TTL)
+//	ARGV[1]  model
+//	ARGV[2]  probe TTL, ms
+//	ARGV[3]  token for a new claim
+//
+// It returns 0 (cooling, or another caller probes), 1 (allowed) or 2 (this
+// caller's probe).
+var admitScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local e = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if e and tonumber(e) > now then return 0 end
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then return 1 end
+if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[2]) then return 2 end
+return 0
+`)
+
+// settleScript ends a probe.
+//
+//	KEYS[1..3]  as admitScript
+//	ARGV[1]     model
+//	ARGV[2]     token
+//	ARGV[3]     outcome: success, failure or released
+//	ARGV[4]     the failure's cooldown, ms
+//	ARGV[5]     the cap of a failure's cooldown, ms
+//
+// A success closes the circuit (if the token still holds the probe); a
+// failure doubles the cooldown per failed probe (capped) and raises the
+// model's cooldown end to it; the claim is dropped if the token holds it.
+var settleScript = redis.NewScript(`
+local held = redis.call('GET', KEYS[3]) == ARGV[2]
+if held then redis.call('DEL', KEYS[3]) end
+if ARGV[3] == 'success' then
+  if held then redis.call('HDEL', KEYS[2], ARGV[1]) end
+elseif ARGV[3] == 'failure' then
+  local n = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+  local d = tonumber(ARGV[4])
+  local cap = tonumber(ARGV[5])
+  for i = 1, n do
+    if d >= cap then break end
+    d = d * 2
+  end
+  d = math.min(d, cap)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[1], 'GT', now + d, ARGV[1])
+end
+return 0
+`)
+
+func (r *Redis) probeKeys(model string) []string {
+	return []string{r.key, r.circuit, r.probePrefix + model}
+}
+
+// Admit is Memory.Admit across every replica: one script run. When Redis
+// is unreachable it answers from the local registry.
+func (r *Redis) Admit(ctx context.Context, model string) (Admission, error) {
+	tok := newToken()
+	n, err := admitScript.Run(ctx, r.c, r.probeKeys(model), model, r.probeTTL.Milliseconds(), tok).Int()
+	if err != nil {
+		return r.local.Admit(ctx, model)
+	}
+	switch n {
+	case 1:
+		return Admission{Allowed: true}, nil
+	case 2:
+		return Admission{Allowed: true, Probe: true, Token: tok}, nil
+	}
+	return Admission{}, nil
+}
+
+// Settle is Memory.Settle across every replica.
+func (r *Redis) Settle(ctx context.Context, model, token, outcome string, cooldown time.Duration) error {
+	_ = r.local.Settle(ctx, model, token, outcome, cooldown)
+	if err := settleScript.Run(ctx, r.c, r.probeKeys(model), model, token, outcome, cooldown.Milliseconds(), MaxProbeCooldown.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("cooldown: settle the probe of %s: %w", model, err)
+	}
+	return nil
+}
+
+// newToken is a probe claim's token.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -43,7 +43,7 @@ var (
 	Statuses = []string{"0", "200", "400", "401", "402", "403", "404", "408", "409", "413", "429",
 		"500", "502", "503", "504", "529", Other}
 	// BlockReasons say where a credential block's length came from.
-	BlockReasons = []string{"hint", "estimate"}
+	BlockReasons = []string{"hint", "estimate", "paced"}
 	// StoreOps are the credential-store operations.
 	StoreOps = []string{"pick", "block", "redeem", "add", "delete", "list"}
 	// TokenKinds are the kinds of token agentd_tokens_total counts.
@@ -133,6 +133,8 @@ type Metrics struct {
 	FallbacksReverted  *prometheus.CounterVec
 	ModelsInCooldown   prometheus.Gauge
 	RetryBudgetTokens  *prometheus.GaugeVec
+	ModelProbes        *prometheus.CounterVec
+	RateLimitsAvoided  *prometheus.CounterVec
 	RetryBudgetRefused *prometheus.CounterVec
 	ProviderDuration   *prometheus.HistogramVec
 	ProviderTTFT       *prometheus.HistogramVec
@@ -219,6 +221,12 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "Returns to the primary model after its cooldown, by role."}, []string{"role"}),
 		ModelsInCooldown: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "models_in_cooldown",
 			Help: "Models cooling down now (skipped as fallback candidates)."}),
+		RateLimitsAvoided: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "rate_limits_avoided_total",
+			Help: "Credentials blocked before a 429 (pacing): a successful response showed a rate-limit bucket at 0 remaining, so the calls that follow go to a sibling or wait until its reset, by provider."},
+			[]string{"provider"}),
+		ModelProbes: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "model_probes_total",
+			Help: "Probe calls to a model whose cooldown ended (one at a time across the replicas), by outcome: success (the circuit closes), failure (a longer cooldown), released (the probe proved nothing: cancelled, a non-retryable error, never made)."},
+			[]string{"outcome"}),
 		RetryBudgetTokens: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "retry_budget_tokens",
 			Help: "Tokens left in the retry budget (retry.budget) of a model, shared by every replica with the Redis store; a retry needs more than half of max_tokens."},
 			[]string{"provider", "model"}),
@@ -299,6 +307,7 @@ func (m *Metrics) initialize() {
 		m.CredentialsBlocked.WithLabelValues(p)
 		m.Credentials.WithLabelValues(p)
 		m.BankedRedeemed.WithLabelValues(p)
+		m.RateLimitsAvoided.WithLabelValues(p)
 		m.ProviderDuration.WithLabelValues(p)
 		m.ProviderTTFT.WithLabelValues(p)
 		for st, classes := range StatusClasses {
@@ -312,6 +321,9 @@ func (m *Metrics) initialize() {
 		for _, o := range session.TakeoverOutcomes {
 			m.Takeovers.WithLabelValues(o)
 		}
+	}
+	for _, o := range ProbeOutcomes {
+		m.ModelProbes.WithLabelValues(o)
 	}
 	for _, o := range session.ChainOutcomes {
 		m.RetryChainsEnded.WithLabelValues(o)
@@ -457,6 +469,19 @@ func (m *Metrics) FallbackReverted(role string) {
 
 // SubscriberDropped implements session.Observer.
 func (m *Metrics) SubscriberDropped() { m.EventsDropped.Inc() }
+
+// RateLimitAvoided counts a pacing block.
+func (m *Metrics) RateLimitAvoided(provider string) {
+	m.RateLimitsAvoided.WithLabelValues(m.provider(provider)).Inc()
+}
+
+// ProbeOutcomes are the outcomes of a model's probe.
+var ProbeOutcomes = []string{session.ProbeSuccess, session.ProbeFailure, session.ProbeReleased}
+
+// ProbeSettled counts a settled probe.
+func (m *Metrics) ProbeSettled(outcome string) {
+	m.ModelProbes.WithLabelValues(closed(outcome, ProbeOutcomes)).Inc()
+}
 
 // RetryBudget reports a retry budget decision on model (provider/model):
 // the tokens left after it, and whether it refused the retry.

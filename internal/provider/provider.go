@@ -277,6 +277,10 @@ type Result struct {
 	// (e.g. an OpenAI Responses previous_response_id) so the next call sends
 	// the full history.
 	ResetState bool
+	// RateLimit holds the rate-limit headers (anthropic-ratelimit-*,
+	// x-ratelimit-*) of a response that did not fail, when it had some: the
+	// session paces its credential from them.
+	RateLimit http.Header
 }
 
 // Provider streams one model call at a time. Stream must return when ctx is

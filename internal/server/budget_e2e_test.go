@@ -36,15 +36,16 @@ providers:
 func storm(t *testing.T, servers []*testServer) []*agentdv1.PromptEnd {
 	ctx := testCtx(t)
 	ends := make([]*agentdv1.PromptEnd, len(servers))
+	// The sessions first (their creation is not the point), then every
+	// prompt at once.
+	ids := make([]string, len(servers))
+	for i, ts := range servers {
+		ids[i] = must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/claude-x"})).GetId()
+	}
 	var wg sync.WaitGroup
 	for i, ts := range servers {
 		wg.Go(func() {
-			sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/claude-x"})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			stream, err := ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})
+			stream, err := ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: ids[i], Text: "hi"})
 			if err != nil {
 				t.Error(err)
 				return
@@ -143,7 +144,9 @@ func TestRetryBudgetStormSharedByReplicas(t *testing.T) {
 		return providertest.HTTPError(529)
 	}})
 	t.Cleanup(fake.Close)
-	store := fmt.Sprintf("store:\n  backend: redis\n  redis: {addr: %q}\n", rs.Addr())
+	// A loaded machine (2 cores, -race) must not turn the storm into
+	// store timeouts.
+	store := fmt.Sprintf("store:\n  backend: redis\n  redis: {addr: %q, timeout_ms: 10000}\n", rs.Addr())
 	replicas := []*testServer{start(t, budgetConfig(store, fake.URL)), start(t, budgetConfig(store, fake.URL)), start(t, budgetConfig(store, fake.URL))}
 	servers := make([]*testServer, 300)
 	for i := range servers {

@@ -454,6 +454,9 @@ func (a *webAPI) startNative(r *http.Request, sessionID string) (startedEvent, e
 		return startedEvent{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	req.SessionId = sessionID
+	if req.GetCancelOnDisconnect() {
+		return startedEvent{}, invalidArg("cancel_on_disconnect", "needs a caller that stays: stream the prompt (the start with stream=false answers at once)")
+	}
 	outgoing, _ := metadata.FromOutgoingContext(actx)
 	if err := sendable(actx, outgoing, req); err != nil {
 		return startedEvent{}, err
@@ -553,6 +556,10 @@ func (a *webAPI) startPromptViaGRPC(w http.ResponseWriter, r *http.Request, sess
 		return
 	}
 	req.SessionId = sessionID
+	if req.GetCancelOnDisconnect() {
+		a.fail(w, r, invalidArg("cancel_on_disconnect", "needs a caller that stays: stream the prompt (the start with stream=false answers at once)"))
+		return
+	}
 	var ev *agentdv1.Event
 	stream, err := agentdv1.NewAgentServiceClient(a.conn).Prompt(ctx, &req)
 	if err == nil {

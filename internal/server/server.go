@@ -164,7 +164,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 			return nil, fmt.Errorf("providers %s: %w", pc.Name, err)
 		}
 		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(),
-			RotateCredentials: !pc.Sticky(), Client: client})
+			RotateCredentials: !pc.Sticky(), Client: client, Pace: pc.Paces()})
 		providerNames[pc.Name] = true
 	}
 	var budget session.RetryBudget
@@ -175,7 +175,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 		Providers:         providers,
 		Retry:             retrySettings,
 		Credentials:       credentialAdapter{store: s.creds, backend: cfg.Store.Backend, metrics: s.metrics},
-		Cooldowns:         s.cooldowns,
+		Cooldowns:         probingCooldowns{cooldownRegistry: s.cooldowns, metrics: s.metrics},
 		Budget:            budget,
 		Observer:          s.metrics,
 		FallbackCooldown:  time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,

@@ -169,10 +169,17 @@ func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStr
 	}
 	defer sub.Close()
 	// The stream ends with this prompt's prompt_end. A client that goes away
-	// does not stop the prompt: it can follow it with StreamEvents.
-	return a.forward(ctx, sub, stream, true, func(e *session.Event) bool {
+	// does not stop the prompt (it can follow it with StreamEvents), unless
+	// it asked for that: cancel_on_disconnect.
+	err = a.forward(ctx, sub, stream, true, func(e *session.Event) bool {
 		return e.Type == session.EventPromptEnd && e.PromptID == promptID
 	})
+	if req.GetCancelOnDisconnect() && ctx.Err() != nil && a.drain.Err() == nil {
+		// The stream's context ended before the handler returned: the
+		// client cancelled or its connection went (not the server draining).
+		s.CallerGone(promptID)
+	}
+	return err
 }
 
 func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream grpc.ServerStreamingServer[agentdv1.Event]) error {

@@ -94,6 +94,27 @@ func (s *Server) openStores(ctx context.Context) error {
 type cooldownRegistry interface {
 	session.Cooldowns
 	Active(ctx context.Context) (map[string]time.Time, error)
+	Admit(ctx context.Context, model string) (cooldown.Admission, error)
+	Settle(ctx context.Context, model, token, outcome string, cooldown time.Duration) error
+}
+
+// probingCooldowns gives the session engine the cooldown registry with its
+// half-open probes, and counts the probes' outcomes.
+type probingCooldowns struct {
+	cooldownRegistry
+	metrics *metrics.Metrics
+}
+
+var _ session.Prober = probingCooldowns{}
+
+func (p probingCooldowns) Admit(ctx context.Context, model string) (session.Admission, error) {
+	a, err := p.cooldownRegistry.Admit(ctx, model)
+	return session.Admission{Allowed: a.Allowed, Probe: a.Probe, Token: a.Token}, err
+}
+
+func (p probingCooldowns) Settle(ctx context.Context, model, token, outcome string, d time.Duration) error {
+	p.metrics.ProbeSettled(outcome)
+	return p.cooldownRegistry.Settle(ctx, model, token, outcome, d)
 }
 
 // retryBudget is the retry budget (retry.budget): in memory, or shared
@@ -183,6 +204,21 @@ func (a credentialAdapter) UsageLimited(ctx context.Context, tenant, providerNam
 		}
 	}
 	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
+}
+
+var _ session.Pacer = credentialAdapter{}
+
+// Paced blocks a credential whose rate limit is at 0 remaining until its
+// reset (reason paced): the calls that follow go to a sibling or wait,
+// instead of meeting a 429.
+func (a credentialAdapter) Paced(ctx context.Context, tenant, providerName, credID string, wait time.Duration, reason string) error {
+	_, err := a.store.UsageLimited(ctx, tenant, providerName, credID, wait, true, reason)
+	a.metrics.StoreOp(a.backend, "block", err)
+	if err == nil {
+		a.metrics.CredentialBlocked(providerName, "paced")
+		a.metrics.RateLimitAvoided(providerName)
+	}
+	return err
 }
 
 // ignoreAllBlocked: every credential being blocked is an answer, not a

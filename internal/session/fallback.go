@@ -49,10 +49,15 @@ func chainFor(settings retry.Settings, role, primary string) []string {
 	return chain
 }
 
-// suppressed reports whether model is cooling down now.
+// suppressed reports whether model is cooling down now — or, with a
+// registry that probes (Prober), whether its probe is someone else's: a
+// false answer may make this session the model's probe.
 func (s *Session) suppressed(ctx context.Context, model string) bool {
 	if s.m.opts.Cooldowns == nil {
 		return false
+	}
+	if p, ok := s.m.opts.Cooldowns.(Prober); ok {
+		return s.admit(ctx, p, model)
 	}
 	until, err := s.m.opts.Cooldowns.SuppressedUntil(ctx, model)
 	if err != nil {
@@ -75,13 +80,7 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 
 	refusal := v.Class == retry.ClassRefusal
 	if !refusal && s.m.opts.Cooldowns != nil {
-		cooldown := v.Cooldown
-		if !v.HasHint && s.m.opts.FallbackCooldown > 0 {
-			cooldown = s.m.opts.FallbackCooldown
-		}
-		if cooldown <= 0 {
-			cooldown = DefaultFallbackCooldown
-		}
+		cooldown := s.cooldownFor(v)
 		if err := s.m.opts.Cooldowns.Suppress(ctx, current, s.m.opts.Now().Add(cooldown)); err != nil {
 			s.m.log.Warn("cooldown not recorded", "session", s.id, "model", current, "err", err)
 		}
@@ -99,7 +98,7 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 	n := s.needsLocked()
 	s.mu.Unlock()
 	for _, candidate := range chain[pos+1:] {
-		if candidate == current || s.suppressed(ctx, candidate) || s.skipIncapable(candidate, n) {
+		if candidate == current || s.skipIncapable(candidate, n) || s.suppressed(ctx, candidate) {
 			continue
 		}
 		s.mu.Lock()
@@ -180,7 +179,7 @@ func (s *Session) avoidCooldown(ctx context.Context, promptID string) {
 	n := s.needsLocked()
 	s.mu.Unlock()
 	for _, candidate := range chain {
-		if candidate == current || s.suppressed(ctx, candidate) || s.skipIncapable(candidate, n) {
+		if candidate == current || s.skipIncapable(candidate, n) || s.suppressed(ctx, candidate) {
 			continue
 		}
 		s.mu.Lock()

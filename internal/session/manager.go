@@ -79,6 +79,9 @@ type Provider struct {
 	// session's.
 	RotateCredentials bool
 	Client            provider.Provider
+	// Pace: a successful response's rate-limit headers showing a bucket at
+	// 0 remaining block its credential until the reset (Pacer).
+	Pace bool
 }
 
 // ModelInfo is the catalog's entry for model (Name set even when the
@@ -112,6 +115,14 @@ type Credentials interface {
 	// fromProvider, else the retry engine's estimate) and tries to switch to
 	// a sibling of that pool.
 	UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (CredentialSwitch, error)
+}
+
+// Pacer is implemented by Credentials that take pacing blocks: cred (of
+// tenant's pool) has a rate-limit bucket at 0 remaining for wait, so it is
+// blocked until then with reason (it starts with "paced") and the next
+// call goes to a sibling, or waits, without spending a 429.
+type Pacer interface {
+	Paced(ctx context.Context, tenant, providerName, credID string, wait time.Duration, reason string) error
 }
 
 // CredentialSwitch is the outcome of step 7.

@@ -54,7 +54,12 @@ const (
 	stopShutdown       // the server shutting down
 	stopDeleted        // the session deleted
 	stopLeaseLost      // the session's lease lost
+	stopCaller         // the prompt's caller went away (cancel_on_disconnect)
 )
+
+// finalCallerGone is the final error of a prompt, and its retry chain,
+// aborted because its caller went away (CallerGone).
+const finalCallerGone = "caller disconnected"
 
 // finalError is the final error of a retry chain the stop ended.
 func (c stop) finalError() string {
@@ -65,6 +70,8 @@ func (c stop) finalError() string {
 		return finalDeleted
 	case stopLeaseLost:
 		return finalLeaseLost
+	case stopCaller:
+		return finalCallerGone
 	default:
 		return finalCancelled
 	}

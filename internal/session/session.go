@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,6 +100,7 @@ type Session struct {
 		cred     provider.Credential
 	}
 	fallback *activeFallback
+	probe    heldProbe // the probe of a model this session's next call to it makes
 	waiting  *toolWait // the tool calls the run waits for
 
 	// What the session's model calls spent (persisted with the record),
@@ -281,6 +283,22 @@ func (s *Session) abortLocked(cause stop) <-chan struct{} {
 	}
 	s.cancelRun()
 	return s.runDone
+}
+
+// CallerGone aborts the prompt promptID, its retry chain included, when it
+// still runs on this replica: its caller went away and asked for that
+// (PromptRequest.cancel_on_disconnect). The prompt ends aborted, and its
+// chain and prompt_end say "caller disconnected". A prompt that has ended
+// (or is sending its prompt_end), or runs on another replica, is left
+// alone. It does not wait for the prompt to end.
+func (s *Session) CallerGone(promptID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running || s.ending || s.promptID != promptID {
+		return
+	}
+	s.m.log.Info("prompt aborted: its caller went away", "session", s.id, "prompt", promptID)
+	s.abortLocked(stopCaller)
 }
 
 // Prompt starts a prompt and returns its id and a subscription positioned
@@ -490,6 +508,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	default:
 		outcome, errText = s.loop(ctx, gen, promptID, 0)
 	}
+	s.releaseProbe() // claimed and never made
 	stopLease()
 
 	s.mu.Lock()
@@ -773,6 +792,10 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 		s.emit(e)
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
+	s.settleProbeCall(model, &t)
+	if p.Pace && t.RateLimit != nil && req.Credential.ID != "" && t.Message.StopReason != provider.StopError {
+		s.pace(ctx, p.Name, req.Credential.ID, t.RateLimit)
+	}
 	if b := s.m.opts.Budget; b != nil && t.Message.StopReason != provider.StopError && t.Message.StopReason != provider.StopAborted {
 		b.Succeeded(model)
 	}
@@ -786,6 +809,26 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 	}
 	s.m.opts.Observer.ModelCalled(c)
 	return t
+}
+
+// pace blocks credID when a successful response's rate-limit headers show
+// a bucket at 0 remaining: the next call would get a 429 (reason paced).
+func (s *Session) pace(ctx context.Context, providerName, credID string, headers http.Header) {
+	pacer, ok := s.m.opts.Credentials.(Pacer)
+	if !ok {
+		return
+	}
+	pc, ok := retry.PaceFromHeaders(headers, s.m.opts.Now())
+	if !ok {
+		return
+	}
+	reason := fmt.Sprintf("paced: %s is 0 until its reset in %v", pc.Bucket, pc.Wait.Round(time.Millisecond))
+	if err := pacer.Paced(context.WithoutCancel(ctx), s.tenant, providerName, credID, pc.Wait, reason); err != nil {
+		s.m.log.Warn("credential store: pacing block not recorded", "session", s.id, "provider", providerName, "err", err)
+		return
+	}
+	s.m.log.Info("credential paced: blocked until its rate limit resets", "session", s.id, "provider", providerName,
+		"credential", credID, "bucket", pc.Bucket, "wait_ms", pc.Wait.Milliseconds())
 }
 
 // callParams are the model parameters of a call of p's model: params

@@ -943,9 +943,16 @@ type PromptRequest struct {
 	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	// Model parameters for this prompt's calls only: each field set replaces
 	// the session's (thinking as a whole); the others stay the session's.
-	Params        *ModelParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Params *ModelParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	// When true, the prompt — its retry chain included — is aborted when this
+	// call's stream goes away before the prompt ends (the client cancels or
+	// disconnects): prompt_end {outcome: "aborted", error: "caller
+	// disconnected"}. Default false: the prompt goes on without its caller,
+	// which may follow it with StreamEvents. Only for a streaming call: the
+	// REST start (stream=false) refuses it.
+	CancelOnDisconnect bool `protobuf:"varint,4,opt,name=cancel_on_disconnect,json=cancelOnDisconnect,proto3" json:"cancel_on_disconnect,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PromptRequest) Reset() {
@@ -997,6 +1004,13 @@ func (x *PromptRequest) GetParams() *ModelParams {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *PromptRequest) GetCancelOnDisconnect() bool {
+	if x != nil {
+		return x.CancelOnDisconnect
+	}
+	return false
 }
 
 type StreamEventsRequest struct {
@@ -1993,12 +2007,13 @@ const file_agentd_v1_agent_proto_rawDesc = "" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15DeleteSessionResponse\"r\n" +
+	"\x15DeleteSessionResponse\"\xa4\x01\n" +
 	"\rPromptRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12.\n" +
-	"\x06params\x18\x03 \x01(\v2\x16.agentd.v1.ModelParamsR\x06params\"Q\n" +
+	"\x06params\x18\x03 \x01(\v2\x16.agentd.v1.ModelParamsR\x06params\x120\n" +
+	"\x14cancel_on_disconnect\x18\x04 \x01(\bR\x12cancelOnDisconnect\"Q\n" +
 	"\x13StreamEventsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1b\n" +

@@ -132,6 +132,25 @@ func (c *Call) Failure() *provider.Failure {
 	return &provider.Failure{Status: c.resp.StatusCode, Headers: c.resp.Header.Clone()}
 }
 
+// rateLimitHeaders copies the rate-limit headers of h (nil when it has
+// none: no allocation on a response without them).
+func rateLimitHeaders(h http.Header) http.Header {
+	var out http.Header
+	for k, vs := range h {
+		if hasPrefixFold(k, "anthropic-ratelimit-") || hasPrefixFold(k, "x-ratelimit-") {
+			if out == nil {
+				out = http.Header{}
+			}
+			out[k] = append([]string(nil), vs...)
+		}
+	}
+	return out
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
 // NewHTTPClient returns the client calls go through: c (or, when c is nil,
 // a client with a transport of its own), never following redirects, so
 // that the key never goes anywhere but the configured host (Go strips
@@ -235,6 +254,9 @@ func Run(ctx context.Context, client *http.Client, req *http.Request, timeout, r
 			res, err = h.Handle(c, ev)
 			if res != nil {
 				c.drain()
+				if res.Message.StopReason != provider.StopError {
+					res.RateLimit = rateLimitHeaders(c.resp.Header)
+				}
 				return *res
 			}
 			if err == nil {
