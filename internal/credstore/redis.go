@@ -651,6 +651,31 @@ func (r *Redis) PickPreferred(ctx context.Context, tenant, providerName, prefer 
 	return r.local.PickPreferred(ctx, tenant, providerName, prefer)
 }
 
+// QueuePick queues PickPreferred's script on pipe (another store's
+// pipeline on the same client, so that the pick costs no round trip of its
+// own) and returns the function that reads its reply once the pipeline
+// ran. ok is false, and nothing is queued, while the store is degraded;
+// the reply's function reports an error when the pick must be made again
+// (the script was unknown, the pipeline failed): the caller picks as usual
+// then.
+func (r *Redis) QueuePick(ctx context.Context, pipe redis.Pipeliner, tenant, providerName, prefer string) (result func() (provider.Credential, bool, error), ok bool) {
+	if r.degraded.Load() {
+		return nil, false
+	}
+	args := []any{r.opts.offset().Milliseconds(), tenant}
+	if prefer != "" {
+		args = append(args, prefer)
+	}
+	cmd := pickScript.EvalSha(ctx, pipe, r.poolKeys(providerName, tenant), args...)
+	return func() (provider.Credential, bool, error) {
+		res, err := cmd.Slice()
+		if err != nil {
+			return provider.Credential{}, false, fmt.Errorf("credstore: redis: %w", err)
+		}
+		return r.parsePick(tenant, providerName, res)
+	}, true
+}
+
 // ownerIf is tenant when own is 1 (a reply's "own" flag), else "" (the
 // server).
 func ownerIf(own any, tenant string) string {

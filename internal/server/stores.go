@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/metrics"
@@ -68,7 +70,8 @@ func (s *Server) openStores(ctx context.Context) error {
 			s.rconn.Close()
 			return fmt.Errorf("store.redis: sessions: %w", err)
 		}
-		s.sharedStore, s.shared = shared, shared
+		s.sharedStore = shared
+		s.shared = startPicker{Redis: shared, creds: st, metrics: s.metrics}
 	default:
 		s.creds = credstore.NewMemory(credstore.MemoryOptions{Now: s.now})
 		s.cooldowns = cooldown.NewMemory(s.now)
@@ -271,4 +274,33 @@ func (s *Server) metricsHandler(next http.Handler) http.Handler {
 		cancel()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// startPicker is the Redis session store whose prompt start carries the
+// prompt's first credential pick (the credential store's script, on the same
+// client) in the start's pipeline: one round trip before the model call.
+type startPicker struct {
+	*sessionstore.Redis
+	creds   *credstore.Redis
+	metrics *metrics.Metrics
+}
+
+var _ session.StartPicker = startPicker{}
+
+// StartPick implements session.StartPicker.
+func (p startPicker) StartPick(ctx context.Context, id string, ttl time.Duration, r session.Run, first *session.Entry, slot session.PromptSlot, max int, pick session.CredentialPick) (session.StartResult, session.Picked, error) {
+	var result func() (provider.Credential, bool, error)
+	res, err := p.StartAlso(ctx, id, ttl, r, first, slot, max, func(ctx context.Context, pipe redis.Pipeliner) {
+		result, _ = p.creds.QueuePick(ctx, pipe, pick.Tenant, pick.Provider, pick.Prefer)
+	})
+	if err != nil || !res.Started || result == nil {
+		return res, session.Picked{}, err
+	}
+	c, ok, perr := result()
+	if perr != nil || !ok {
+		// The call picks again (and reports what the store says).
+		return res, session.Picked{}, nil
+	}
+	p.metrics.StoreOp("redis", "pick", nil)
+	return res, session.Picked{Credential: c, OK: true}, nil
 }

@@ -351,7 +351,8 @@ func (s *Session) setAutoRetryShared(ctx context.Context, enabled bool) error {
 // free.
 func (s *Session) acquireLocked(ctx context.Context, promptID string, user provider.Message) error {
 	first := &Entry{Time: s.m.opts.Now(), PromptID: promptID, Message: user}
-	res, err := s.tryStart(ctx, Run{PromptID: promptID, Replica: s.m.opts.Shared.ReplicaID()}, first)
+	pick := s.firstPickLocked()
+	res, picked, err := s.tryStart(ctx, Run{PromptID: promptID, Replica: s.m.opts.Shared.ReplicaID()}, first, pick)
 	switch {
 	case err != nil:
 		return unavailable("take the session's lease", err)
@@ -379,37 +380,66 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string, user provi
 	s.entries = res.Record.MessageCount + 1
 	s.context = append(s.context, user)
 	s.ctxIndex = append(s.ctxIndex, idx)
+	if picked.OK && pick.Provider == s.m.providerOf(s.model).Name {
+		// The first call's credential, picked in the start's round trip.
+		s.credential = picked.Credential
+		s.switchedTo.provider, s.switchedTo.cred = pick.Provider, picked.Credential
+	}
 	s.m.register(s)
 	return nil
+}
+
+// firstPickLocked is the credential pick of the prompt's first call, as
+// callModelOnce would make it, for a store that makes it in the start's
+// round trip (StartPicker); zero when there is none to make.
+func (s *Session) firstPickLocked() CredentialPick {
+	if _, ok := s.m.opts.Shared.(StartPicker); !ok || s.m.opts.Credentials == nil {
+		return CredentialPick{}
+	}
+	p := s.m.providerOf(s.model)
+	pick := CredentialPick{Tenant: s.tenant, Provider: p.Name}
+	if !p.RotateCredentials {
+		pick.Prefer = s.sticky[p.Name]
+	}
+	return pick
 }
 
 // tryStart starts the run (Shared.Start). A lease whose run is ending (its
 // prompt_end is going out, the holder is about to release it), or is not
 // recorded yet, is waited for briefly.
-func (s *Session) tryStart(ctx context.Context, run Run, first *Entry) (StartResult, error) {
+func (s *Session) tryStart(ctx context.Context, run Run, first *Entry, pick CredentialPick) (StartResult, Picked, error) {
 	sh := s.m.opts.Shared
+	sp, _ := sh.(StartPicker)
 	ttl := s.m.leaseTTL()
 	wait := time.Millisecond
 	deadline := time.Now().Add(2 * time.Second)
 	slot := PromptSlot{Tenant: s.tenant, PromptID: run.PromptID}
+	limit := s.m.opts.Limits.MaxConcurrentPromptsPerTenant
 	for {
-		res, err := sh.Start(ctx, s.id, ttl, run, first, slot, s.m.opts.Limits.MaxConcurrentPromptsPerTenant)
+		var res StartResult
+		var picked Picked
+		var err error
+		if sp != nil && pick.Provider != "" {
+			res, picked, err = sp.StartPick(ctx, s.id, ttl, run, first, slot, limit, pick)
+		} else {
+			res, err = sh.Start(ctx, s.id, ttl, run, first, slot, limit)
+		}
 		if err != nil || res.Started || !res.Found || res.Limited {
-			return res, err
+			return res, picked, err
 		}
 		// No run recorded: the run ended between the two calls, a prompt is
 		// starting and has not recorded its run yet, or a janitor is
 		// looking at an ended run. Either way the answer comes soon.
 		held, found, err := sh.LoadRun(ctx, s.id)
 		if err != nil || (found && !held.Ending) || time.Now().After(deadline) {
-			return res, err
+			return res, Picked{}, err
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return res, nil
+			return res, Picked{}, nil
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}

@@ -130,6 +130,29 @@ type Shared interface {
 	WatchEvents(w EventWatch)
 }
 
+// StartPicker is a Shared store whose Start can carry the prompt's first
+// credential pick in its own round trip (a pipeline of both stores' scripts
+// on one Redis client): a happy prompt then makes one round trip before
+// its model call.
+type StartPicker interface {
+	// StartPick is Start plus the pick: Credentials.Pick(ctx, pick.Tenant,
+	// pick.Provider, pick.Prefer). The pick's outcome is Picked; Picked.OK
+	// false (not picked, or it must be made again) leaves it to the call.
+	StartPick(ctx context.Context, id string, ttl time.Duration, r Run, first *Entry, slot PromptSlot, max int, pick CredentialPick) (StartResult, Picked, error)
+}
+
+// CredentialPick is a pick StartPick makes.
+type CredentialPick struct {
+	Tenant, Provider, Prefer string
+}
+
+// Picked is the credential StartPick picked (OK: picked, for the
+// prompt's first call).
+type Picked struct {
+	Credential provider.Credential
+	OK         bool
+}
+
 // StartResult is what Shared.Start did.
 type StartResult struct {
 	Found   bool   // the session exists

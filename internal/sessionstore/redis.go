@@ -789,6 +789,13 @@ func (r *Redis) Acquire(ctx context.Context, id string, ttl time.Duration) (bool
 // the SREM when the tenant was at its limit, the slot's ZREM when the
 // session was held or gone).
 func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run session.Run, first *session.Entry, slot session.PromptSlot, limit int) (session.StartResult, error) {
+	return r.StartAlso(ctx, id, ttl, run, first, slot, limit, nil)
+}
+
+// StartAlso is Start with the commands also queues in the same pipeline,
+// after Start's own (another store's, on the same client): they cost no
+// round trip of their own. Their replies are theirs to read.
+func (r *Redis) StartAlso(ctx context.Context, id string, ttl time.Duration, run session.Run, first *session.Entry, slot session.PromptSlot, limit int, also func(ctx context.Context, pipe redis.Pipeliner)) (session.StartResult, error) {
 	data, err := json.Marshal(run)
 	if err != nil {
 		return session.StartResult{}, fmt.Errorf("sessionstore: start %s: %w", id, err)
@@ -811,6 +818,9 @@ func (r *Redis) Start(ctx context.Context, id string, ttl time.Duration, run ses
 		}
 		script = run(startScript, keys, r.id, ttlMs(ttl), data, entry)
 		pipe.SAdd(ctx, r.runningKey(), id)
+		if also != nil {
+			also(ctx, pipe)
+		}
 	})
 	// The slot: taken, refused (prompts is the tenant's count then), or
 	// none asked for.
