@@ -1,9 +1,14 @@
 package session_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/sim"
+	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
 )
@@ -56,5 +61,50 @@ func TestUsageTotalsSurviveReplicas(t *testing.T) {
 	until(t, sub, session.EventPromptEnd)
 	if end := last(until(t, sub, session.EventPromptEnd)); end.Usage == nil || end.RetryUsage == nil {
 		t.Errorf("stored prompt_end lost its usage: %+v", end)
+	}
+}
+
+// The credential a session keeps is kept with its record: a prompt on
+// another replica goes on with it (and so on its prompt cache), although
+// that replica's rotation would pick another.
+func TestStickyCredentialAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	store := credstore.NewMemory(credstore.MemoryOptions{}) // one store the replicas share, as Redis would be
+	for _, c := range trio() {
+		c.Provider = "sim"
+		if _, err := store.Add(t.Context(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withCreds := func(o *session.Options) { o.Credentials = storeAdapter{store} }
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second, withCreds)
+	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second, withCreds)
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used []string
+	for i, m := range []*session.Manager{a.m, b.m, a.m, b.m} {
+		// Another session's first call moves the shared rotation on.
+		other, err := m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sess := range []*session.Session{get(t, m, s.ID()), other} {
+			_, sub, err := sess.Prompt(t.Context(), fmt.Sprintf("turn %d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs := until(t, sub, session.EventPromptEnd)
+			sub.Close()
+			if sess.ID() == s.ID() {
+				used = append(used, only(evs, session.EventMessageStart)[0].Credential)
+			}
+		}
+	}
+	for _, id := range used {
+		if id != used[0] {
+			t.Fatalf("the session's prompts on two replicas used %v: want one credential", used)
+		}
 	}
 }

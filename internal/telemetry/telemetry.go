@@ -116,9 +116,15 @@ func (c mdCarrier) Keys() []string {
 // Extract returns ctx with the remote span context of its incoming
 // metadata's traceparent (and tracestate), when there is a valid one.
 func Extract(ctx context.Context) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get("traceparent")) == 0 {
+	// A look-up first, not a copy of the whole metadata: most calls carry
+	// no trace context.
+	tp := metadata.ValueFromIncomingContext(ctx, "traceparent")
+	if len(tp) == 0 {
 		return ctx
+	}
+	md := metadata.MD{"traceparent": tp}
+	if ts := metadata.ValueFromIncomingContext(ctx, "tracestate"); len(ts) > 0 {
+		md["tracestate"] = ts
 	}
 	return propagator.Extract(ctx, mdCarrier(md))
 }
