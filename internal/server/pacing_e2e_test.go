@@ -29,9 +29,9 @@ func keyOf(r providertest.Request) string {
 
 // Pacing, in both header dialects: the first answer shows a bucket at 0
 // remaining, so its credential is blocked until the reset (reason paced);
-// the calls that follow go to the sibling — round-robin would have sent
-// the third back to the first key — and the provider sends no 429. With
-// pacing off, the third call goes back to the first key.
+// the calls that follow go to the sibling, and the provider sends no 429.
+// With pacing off the session keeps its credential (sticky credentials):
+// every call goes to the first key.
 func TestPacingFromRateLimitHeaders(t *testing.T) {
 	reset := time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339)
 	for _, tc := range []struct {
@@ -78,7 +78,8 @@ func TestPacingFromRateLimitHeaders(t *testing.T) {
 				}
 				want := "one,two,two"
 				if !pacing {
-					want = "one,two,one"
+					// Nothing moves the session off its credential (sticky).
+					want = "one,one,one"
 				}
 				if got := strings.Join(keys, ","); got != want {
 					t.Fatalf("keys used: %s, want %s", got, want)
