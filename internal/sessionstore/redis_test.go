@@ -1051,3 +1051,31 @@ func TestStartAndFinish(t *testing.T) {
 		t.Fatalf("Start after EndRun = %+v, %v", res, err)
 	}
 }
+
+// StartAlso's extra commands carry their own errors: another store's
+// script the server does not have (NOSCRIPT) leaves the start done, its
+// reply telling its caller to run it again.
+func TestStartAlsoOtherScriptUnknown(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), time.Second)
+	a := newStore(t, c, Options{})
+	ctx := testCtx(t)
+	_, err := a.Create(ctx, record("ses_also", "t1"), 0)
+	must(t, err)
+	// The start script is known to the server (loaded by a first start).
+	res, err := a.Start(ctx, "ses_also", time.Minute, session.Run{PromptID: "p0"}, nil, session.PromptSlot{}, 0)
+	must(t, err)
+	must(t, a.EndRun(ctx, "ses_also", session.PromptSlot{}))
+	unknown := redis.NewScript("return 'never loaded " + fmt.Sprint(time.Now().UnixNano()) + "'")
+	var other *redis.Cmd
+	res, err = a.StartAlso(ctx, "ses_also", time.Minute, session.Run{PromptID: "p1"}, nil, session.PromptSlot{}, 0,
+		func(ctx context.Context, pipe redis.Pipeliner) {
+			other = unknown.EvalSha(ctx, pipe, []string{"t:{ses_also}:x"})
+		})
+	if err != nil || !res.Started {
+		t.Fatalf("StartAlso = %+v, %v", res, err)
+	}
+	if !isNoScript(other.Err()) {
+		t.Fatalf("the other script's reply = %v, want NOSCRIPT", other.Err())
+	}
+}
