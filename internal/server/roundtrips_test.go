@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/redistest"
@@ -127,5 +129,48 @@ providers:
 		if all > 3 {
 			t.Errorf("prompt %d: %d Redis round trips before the model call, want at most 3 (1 on the way, up to 2 event batches)", i, all)
 		}
+	}
+}
+
+// The start's pipeline after Redis forgot its scripts (a restart, a
+// failover: NOSCRIPT) — the start script's, the pick script's, or both —
+// still starts the prompt: the start script runs again by its text, the
+// pick is made again by the call.
+func TestPromptStartAfterScriptFlush(t *testing.T) {
+	rs := redistest.Start(t)
+	t.Setenv("AGENTD_TEST_RT_KEY", "sk-ant-roundtrips-0123456789")
+	fake := providertest.NewServer(providertest.Options{})
+	t.Cleanup(fake.Close)
+	ts := start(t, fmt.Sprintf(`store:
+  backend: redis
+  redis: {addr: %q}
+providers:
+  - name: up
+    kind: anthropic
+    base_url: %s
+    credentials: [{id: main, api_key_env: AGENTD_TEST_RT_KEY}]
+`, rs.Addr(), fake.URL))
+	ctx := testCtx(t)
+	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/claude-sonnet-4-5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { rc.Close() })
+	for i := range 3 {
+		if err := rc.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		stream, err := ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := collect(t, stream)
+		if end := evs[len(evs)-1]; end.GetPromptEnd().GetOutcome() != "completed" {
+			t.Fatalf("prompt %d after SCRIPT FLUSH: %v", i, compact(types(evs)))
+		}
+	}
+	if n := len(fake.Requests()); n != 3 {
+		t.Fatalf("%d model calls, want 3", n)
 	}
 }

@@ -79,7 +79,7 @@ func TestClusterMasterOfSessionKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn := newConn(t, redisconn.Options{Addrs: cl.Addrs(), Cluster: true})
-	acked := newStore(t, conn.Client(), Options{Timeout: conn.Timeout(), MinReplicaAcks: 1})
+	acked := newStore(t, conn.Client(), Options{Timeout: conn.Timeout(), MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
 	plain := newStore(t, conn.Client(), Options{Timeout: conn.Timeout()})
 	creds := newCreds(t, conn)
 	cools := cooldown.NewRedis(conn.Client(), "t:", nil)
@@ -206,7 +206,7 @@ func TestSentinelFailoverKeepsAcknowledgedSessions(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			conn := newConn(t, redisconn.Options{Addrs: s.Addrs(), MasterName: redistest.MasterName})
-			acked := newStore(t, conn.Client(), Options{Timeout: conn.Timeout(), MinReplicaAcks: 1})
+			acked := newStore(t, conn.Client(), Options{Timeout: conn.Timeout(), MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
 			plain := newStore(t, conn.Client(), Options{Timeout: conn.Timeout()})
 			creds := newCreds(t, conn)
 			const id = "ses_sentinel1"

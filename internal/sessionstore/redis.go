@@ -1068,7 +1068,8 @@ type scriptRunner func(script *redis.Script, keys []string, args ...any) *script
 // by their SHA (EVALSHA). The scripts the server does not have (NOSCRIPT: a
 // restart, a failover) run again with their text, as Script.Run does, in a
 // second pipeline: only they, so that nothing runs twice. It returns the
-// first error of a command, as Exec does.
+// first error of a command, as Exec does, but for a NOSCRIPT of a script
+// queued on pipe directly (another store's: its caller reads that reply).
 func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner, run scriptRunner)) error {
 	pipe := r.c.Pipeline()
 	var calls []*scriptCall
@@ -1087,16 +1088,17 @@ func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner
 			redo = append(redo, c)
 		}
 	}
-	if len(redo) == 0 {
-		return err
+	if len(redo) > 0 {
+		pipe = r.c.Pipeline()
+		for _, c := range redo {
+			c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
 	}
-	pipe = r.c.Pipeline()
-	for _, c := range redo {
-		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return err
-	}
+	// A NOSCRIPT of a command queued without run (another store's, see
+	// StartAlso) is its own to handle.
 	for _, cmd := range cmds {
 		if err := cmd.Err(); err != nil && !isNoScript(err) {
 			return err
