@@ -227,6 +227,9 @@ type Provider struct {
 	// Simulated provider pacing.
 	FirstTokenDelayMs int64 `yaml:"first_token_delay_ms"`
 	TokenDelayMs      int64 `yaml:"token_delay_ms"`
+	// Region (bedrock): the AWS region, e.g. "us-east-1"; empty: the
+	// standard AWS chain's (AWS_REGION, the shared config's profile).
+	Region string `yaml:"region"`
 }
 
 // Credential is one secret of a provider.

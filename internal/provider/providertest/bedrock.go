@@ -449,4 +449,3 @@ func (s *BedrockServer) Close() {
 	s.BedrockHandler.Close()
 	s.srv.Close()
 }
-
