@@ -16,8 +16,10 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/schemas"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/transport/http/protocol/restjson1"
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/internal/wire"
@@ -59,9 +61,10 @@ type Client struct {
 
 	// chain is the standard AWS credential chain, resolved on first use
 	// by a call without a credential.
-	chainOnce sync.Once
-	chain     aws.CredentialsProvider
-	chainErr  error
+	chainOnce   sync.Once
+	chain       aws.CredentialsProvider
+	chainRegion string
+	chainErr    error
 }
 
 var _ provider.Provider = (*Client)(nil)
@@ -92,9 +95,9 @@ func New(opts Options) *Client {
 // transport.
 func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
-// defaultChain is the standard AWS chain's credentials and region.
+// defaultChain is the standard AWS chain's credentials and region,
+// loaded once (the SDK caches and refreshes the credentials).
 func (c *Client) defaultChain(ctx context.Context) (aws.CredentialsProvider, string, error) {
-	var region string
 	c.chainOnce.Do(func() {
 		// The chain's own HTTP calls (instance metadata, SSO, STS) keep
 		// the SDK's defaults; only the region and credentials are used.
@@ -103,12 +106,9 @@ func (c *Client) defaultChain(ctx context.Context) (aws.CredentialsProvider, str
 			c.chainErr = err
 			return
 		}
-		c.chain, region = cfg.Credentials, cfg.Region
-		if c.opts.Region == "" {
-			c.opts.Region = region
-		}
+		c.chain, c.chainRegion = cfg.Credentials, cfg.Region
 	})
-	return c.chain, c.opts.Region, c.chainErr
+	return c.chain, c.chainRegion, c.chainErr
 }
 
 // ParseSecret splits a credential's secret, "ACCESS_KEY_ID:SECRET_ACCESS_KEY"
@@ -148,10 +148,17 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 			return a.Fail("bedrock: credential "+req.Credential.ID+": "+err.Error(), "", nil)
 		}
 		creds = credentials.StaticCredentialsProvider{Value: cr}
-	} else {
-		var err error
-		if creds, region, err = c.defaultChain(ctx); err != nil {
+	}
+	if creds == nil || region == "" {
+		chain, chainRegion, err := c.defaultChain(ctx)
+		if err != nil {
 			return a.Fail("bedrock: loading the AWS configuration: "+err.Error(), "", nil)
+		}
+		if creds == nil {
+			creds = chain
+		}
+		if region == "" {
+			region = chainRegion
 		}
 	}
 	if region == "" {
@@ -167,6 +174,18 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 	out, err := c.client.ConverseStream(call.ctx, input, func(o *bedrockruntime.Options) {
 		o.Credentials = creds
 		o.Region = region
+		// A protocol of the call's own: the SDK's (v1.63.13) restjson1
+		// protocol keeps one event stream decoder and payload buffer for
+		// every stream of a client, which concurrent streams would share
+		// (a data race, TestConcurrentStreams).
+		o.Protocol = restjson1.New(schemas.AmazonBedrockFrontendService)
+		if secret != "" {
+			// The credential's keys sign, even when the environment holds a
+			// Bedrock API key (AWS_BEARER_TOKEN_BEDROCK, which the SDK
+			// would otherwise prefer).
+			o.BearerAuthTokenProvider = nil
+			o.AuthSchemePreference = []string{"sigv4"}
+		}
 	})
 	if err != nil {
 		if ctx.Err() != nil {
