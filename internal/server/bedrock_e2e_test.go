@@ -3,9 +3,12 @@ package server_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
@@ -188,5 +191,86 @@ func TestBedrockMidStreamExceptionNotReplayed(t *testing.T) {
 				t.Fatalf("provider saw %d calls, want 1", n)
 			}
 		})
+	}
+}
+
+// A chain from Anthropic to Bedrock: the session's tool loop started on
+// Anthropic (signed thinking, a tool call, its result) continues on
+// Bedrock after a 529, in Converse's format: the tool call and result
+// carry over, the Anthropic signature does not.
+func TestFallbackAnthropicToBedrock(t *testing.T) {
+	anth := providertest.NewServer(providertest.Options{NoReasoningChecks: true})
+	defer anth.Close()
+	fake := providertest.NewBedrockServer()
+	defer fake.Close()
+	ts := start(t, fmt.Sprintf(`retry: {base_delay_ms: 10, fallback_chains: {default: [%q]}}
+providers:
+  - name: anth
+    kind: anthropic
+    base_url: %s
+    credentials: [{id: a, api_key: sk-ant-api03-fallbackKEY0123456789}]
+  - name: aws
+    kind: bedrock
+    region: us-east-1
+    base_url: %s
+    credentials: [{id: one, api_key: %q}]
+`, "aws/"+bedrockTestModel, anth.URL, fake.URL, bedrockKeyOne))
+	anth.Enqueue(providertest.Step{Answer: &providertest.Answer{Thinking: []string{"look it up"},
+		Tools: []providertest.ToolCall{{ID: "toolu_01", Name: "lookup", Args: []string{`{"q":"x"}`}}}}},
+		providertest.HTTPError(529))
+	fake.Enqueue(providertest.Step{Answer: &providertest.Answer{Text: []string{"done ", "on Bedrock"}}})
+
+	ctx := testCtx(t)
+	schema, _ := structpb.NewStruct(map[string]any{"type": "object"})
+	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "anth/claude-sonnet-4-5",
+		Tools: []*agentdv1.Tool{{Name: "lookup", InputSchema: schema}}}))
+	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "find x"}))
+	var evs []*agentdv1.Event
+	for {
+		e, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+		if tc := e.GetToolCall(); tc != nil {
+			if _, err := ts.agent.SubmitToolResults(ctx, &agentdv1.SubmitToolResultsRequest{SessionId: sess.GetId(),
+				Results: []*agentdv1.ToolResult{{CallId: tc.GetCallId(), Content: "found"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	checkNoBedrockKey(t, evs)
+	var fallback *agentdv1.RetryFallbackApplied
+	var text string
+	for _, e := range evs {
+		if fa := e.GetRetryFallbackApplied(); fa != nil {
+			fallback = fa
+		}
+		if me := e.GetMessageEnd(); me != nil {
+			text = me.GetText()
+		}
+	}
+	if fallback.GetTo() != "aws/"+bedrockTestModel || text != "done on Bedrock" || evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
+		t.Fatalf("fallback %v, answer %q, events %s", fallback, text, compact(types(evs)))
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("Bedrock saw %d requests", len(reqs))
+	}
+	body := string(reqs[0].Body)
+	for _, want := range []string{
+		`{"toolUse":{"input":{"q":"x"},"name":"lookup","toolUseId":"toolu_01"}}`,
+		`{"toolResult":{"content":[{"text":"found"}],"toolUseId":"toolu_01"}}`,
+		`{"text":"find x"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the Bedrock request lacks %s: %s", want, body)
+		}
+	}
+	if strings.Contains(body, "signature") || strings.Contains(body, "reasoningContent") {
+		t.Errorf("the Anthropic reasoning state went to Bedrock: %s", body)
 	}
 }
