@@ -274,3 +274,56 @@ providers:
 		t.Errorf("the Anthropic reasoning state went to Bedrock: %s", body)
 	}
 }
+
+// A prompt with tools on Bedrock: the model's toolUse reaches the client
+// as a tool call, its result goes back as a toolResult, the answer ends
+// the prompt.
+func TestBedrockToolLoop(t *testing.T) {
+	fake, ts := startBedrock(t)
+	fake.Enqueue(providertest.Step{Answer: &providertest.Answer{Text: []string{"Let me look."},
+		Tools: []providertest.ToolCall{{ID: "tooluse_A1", Name: "lookup", Args: []string{`{"q":`, `"x"}`}}}}},
+		providertest.Step{Answer: &providertest.Answer{Text: []string{"It is ", "found."}}})
+	ctx := testCtx(t)
+	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"q": map[string]any{"type": "string"}}})
+	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "aws/" + bedrockTestModel,
+		Tools: []*agentdv1.Tool{{Name: "lookup", Description: "looks things up", InputSchema: schema}}}))
+	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "find x"}))
+	var evs []*agentdv1.Event
+	for {
+		e, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+		if tc := e.GetToolCall(); tc != nil {
+			if tc.GetCallId() != "tooluse_A1" || tc.GetInput().GetStructValue().GetFields()["q"].GetStringValue() != "x" {
+				t.Fatalf("tool_call = %v", tc)
+			}
+			if _, err := ts.agent.SubmitToolResults(ctx, &agentdv1.SubmitToolResultsRequest{SessionId: sess.GetId(),
+				Results: []*agentdv1.ToolResult{{CallId: tc.GetCallId(), Content: "found"}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	checkNoBedrockKey(t, evs)
+	if got := compact(types(evs)); !strings.Contains(got, "tool_call") || evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
+		t.Fatalf("events = %s", got)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("Bedrock saw %d requests", len(reqs))
+	}
+	body := string(reqs[1].Body)
+	for _, want := range []string{
+		`"toolSpec":{"description":"looks things up","inputSchema":{"json":`,
+		`{"content":[{"text":"Let me look."},{"toolUse":{"input":{"q":"x"},"name":"lookup","toolUseId":"tooluse_A1"}}],"role":"assistant"}`,
+		`{"content":[{"toolResult":{"content":[{"text":"found"}],"toolUseId":"tooluse_A1"}}],"role":"user"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the second request lacks %s: %s", want, body)
+		}
+	}
+}
