@@ -517,6 +517,8 @@ func (c *Config) finishProviders() error {
 			return fmt.Errorf("config: %s.encrypted_reasoning: only an openai-responses provider takes it", key)
 		case p.EncryptedReasoning && p.ChainResponses:
 			return fmt.Errorf("config: %s.encrypted_reasoning: set encrypted_reasoning or chain_responses, not both", key)
+		case p.Region != "" && p.Kind != provider.KindBedrock:
+			return fmt.Errorf("config: %s.region: only a bedrock provider takes it", key)
 		}
 		for j := range p.Credentials {
 			cr := &p.Credentials[j]

@@ -450,3 +450,24 @@ func TestBearerTokenEnv(t *testing.T) {
 		t.Errorf("without a credential: %+v", res.Message)
 	}
 }
+
+// A body cut in the middle of a frame is an error too, not a short answer.
+func TestTruncatedFrame(t *testing.T) {
+	events := providertest.BedrockEvents(&providertest.Answer{Model: model, Text: []string{"Hello", "!"}})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
+		_, _ = w.Write(events[0])
+		_, _ = w.Write(events[1])
+		_, _ = w.Write(events[2][:len(events[2])/2])
+	}))
+	t.Cleanup(srv.Close)
+	c := New(Options{Region: "us-east-1", Endpoint: srv.URL})
+	t.Cleanup(c.CloseIdleConnections)
+	res, rec := streamT(t, c, request())
+	if m := res.Message; m.StopReason != provider.StopError || m.StopDetails != provider.DetailInterruptedAfterContent || rec.Text() != "Hello" {
+		t.Errorf("result = %+v, deltas %q", m, rec.Text())
+	}
+	if !strings.Contains(res.Message.ErrorMessage, "EOF") {
+		t.Errorf("error = %q", res.Message.ErrorMessage)
+	}
+}
