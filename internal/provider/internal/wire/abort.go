@@ -6,8 +6,3 @@ import "github.com/agentd/agentd/internal/provider"
 // (without reasoning state), for clients that do not go through [Run]
 // (package bedrock, which calls through the AWS SDK).
 func (a *Acc) Aborted() provider.Result { return a.aborted() }
-
-// Redact is the redaction every error message of a call gets: secrets
-// (and every part of them of 8 bytes or more) and key-shaped tokens
-// removed.
-func Redact(s string, secrets ...string) string { return redact(s, secrets...) }
