@@ -263,6 +263,9 @@ type Provider struct {
 	// cache is per account); sessions are spread over the credentials when
 	// they start. false: every call takes the next credential in rotation.
 	StickyCredentials *bool `yaml:"sticky_credentials"`
+	// Region (bedrock): the AWS region, e.g. "us-east-1"; empty: the
+	// standard AWS chain's (AWS_REGION, the shared config's profile).
+	Region string `yaml:"region"`
 }
 
 // PromptCacheOn reports whether the provider uses its prompt cache
@@ -580,6 +583,8 @@ func (c *Config) finishProviders() error {
 			return fmt.Errorf("config: %s.encrypted_reasoning: only an openai-responses provider takes it", key)
 		case p.EncryptedReasoning && p.ChainResponses:
 			return fmt.Errorf("config: %s.encrypted_reasoning: set encrypted_reasoning or chain_responses, not both", key)
+		case p.Region != "" && p.Kind != provider.KindBedrock:
+			return fmt.Errorf("config: %s.region: only a bedrock provider takes it", key)
 		}
 		for j := range p.Credentials {
 			cr := &p.Credentials[j]

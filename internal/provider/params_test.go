@@ -41,7 +41,7 @@ func TestValidateParams(t *testing.T) {
 		{KindOpenAIChat, Params{StopSequences: []string{"a", "b", "c", "d", "e"}}, "params.stop_sequences: at most 4 (OpenAI Chat Completions)"},
 		{KindOpenAIChat, Params{Thinking: th(4096, "")}, "params.thinking.budget_tokens: not accepted by the OpenAI Chat Completions API (set params.thinking.effort)"},
 		{KindSimulated, Params{Thinking: th(4096, ""), Temperature: f(2), StopSequences: []string{"x"}}, ""},
-		{"bedrock", Params{}, `provider: kind "bedrock" is unknown`},
+		{"watsonx", Params{}, `provider: kind "watsonx" is unknown`},
 	} {
 		err := ValidateParams(tc.kind, tc.p)
 		got := ""

@@ -222,7 +222,8 @@ const LongRateLimitHint = 10 * time.Minute
 // DefaultUsageWindow is the usage-limit window assumed when neither a hint nor
 // the wording says anything more specific (reference: 30 min for quota and
 // unknown reasons). It is also the longest window agentd ever estimates
-// itself.
+// itself, except for a Bedrock per-day quota (until 00:00 UTC, see
+// bedrock.go).
 const DefaultUsageWindow = 30 * time.Minute
 
 // Classify decides what kind of failure f is, in the order of
@@ -283,6 +284,9 @@ func Classify(f Failure, now time.Time) Verdict {
 		v.OverLimit = true
 		return v
 	}
+	if reason, ok := c.bedrockOverflow(); ok {
+		return done(ClassContextOverflow, reason+" (context overflow is handled by compaction, never retried)")
+	}
 	if reason, ok := c.overflow(); ok {
 		return done(ClassContextOverflow, reason+" (context overflow is handled by compaction, never retried)")
 	}
@@ -296,8 +300,14 @@ func Classify(f Failure, now time.Time) Verdict {
 	var class Class
 	var reason string
 	var staleCase StaleCase
+	var bedrockDaily bool
 	if r, sc, ok := c.stale(); ok {
 		class, reason, staleCase = ClassStaleReplay, r, sc
+	} else if r, cl, daily, ok := c.bedrock(); ok {
+		if !cl.Retryable() {
+			return done(cl, r)
+		}
+		class, reason, bedrockDaily = cl, r, daily
 	} else if r, ok := c.usage(hint, hasHint); ok {
 		class, reason = ClassUsageLimit, r
 	} else if r, ok := c.transient(); ok {
@@ -321,6 +331,10 @@ func Classify(f Failure, now time.Time) Verdict {
 			v.Cooldown = hint
 		} else {
 			v.Cooldown = lr.cooldown()
+		}
+		if bedrockDaily && !hasHint {
+			v.UsageWindow = bedrockDailyWindow(now)
+			v.Cooldown = v.UsageWindow
 		}
 	}
 	if f.ObservableOutput || strings.EqualFold(strings.TrimSpace(f.StopDetails), StopDetailStreamInterrupted) {

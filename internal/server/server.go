@@ -39,6 +39,7 @@ import (
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/anthropic"
+	"github.com/agentd/agentd/internal/provider/bedrock"
 	"github.com/agentd/agentd/internal/provider/openai"
 	"github.com/agentd/agentd/internal/provider/sim"
 	"github.com/agentd/agentd/internal/redisconn"
@@ -289,6 +290,9 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses,
 			EncryptedReasoning: pc.EncryptedReasoning, NoPromptCache: !pc.PromptCacheOn()}), nil
+	case provider.KindBedrock:
+		return bedrock.New(bedrock.Options{Region: pc.Region, Endpoint: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
+			MaxTokens: pc.MaxTokens}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}
