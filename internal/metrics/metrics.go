@@ -182,7 +182,10 @@ type usageSeries struct {
 	wasted prometheus.Counter
 }
 
-var _ session.Observer = (*Metrics)(nil)
+var (
+	_ session.Observer          = (*Metrics)(nil)
+	_ session.RateLimitObserver = (*Metrics)(nil)
+)
 
 // New registers every agentd metric on reg.
 func New(reg prometheus.Registerer, opts Options) *Metrics {
@@ -222,7 +225,7 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		ModelsInCooldown: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "models_in_cooldown",
 			Help: "Models cooling down now (skipped as fallback candidates)."}),
 		RateLimitsAvoided: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "rate_limits_avoided_total",
-			Help: "Credentials blocked before a 429 (pacing): a successful response showed a rate-limit bucket at 0 remaining, so the calls that follow go to a sibling or wait until its reset, by provider."},
+			Help: "429s avoided by pacing: calls that, after a successful response showed their session's credential at 0 remaining in a rate-limit bucket (and it was blocked until the reset), went to a sibling or waited instead, by provider."},
 			[]string{"provider"}),
 		ModelProbes: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "model_probes_total",
 			Help: "Probe calls to a model whose cooldown ended (one at a time across the replicas), by outcome: success (the circuit closes), failure (a longer cooldown), released (the probe proved nothing: cancelled, a non-retryable error, never made)."},
@@ -470,7 +473,7 @@ func (m *Metrics) FallbackReverted(role string) {
 // SubscriberDropped implements session.Observer.
 func (m *Metrics) SubscriberDropped() { m.EventsDropped.Inc() }
 
-// RateLimitAvoided counts a pacing block.
+// RateLimitAvoided implements session.RateLimitObserver.
 func (m *Metrics) RateLimitAvoided(provider string) {
 	m.RateLimitsAvoided.WithLabelValues(m.provider(provider)).Inc()
 }

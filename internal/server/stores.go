@@ -219,7 +219,6 @@ func (a credentialAdapter) Paced(ctx context.Context, tenant, providerName, cred
 	a.metrics.StoreOp(a.backend, "block", err)
 	if err == nil {
 		a.metrics.CredentialBlocked(providerName, "paced")
-		a.metrics.RateLimitAvoided(providerName)
 	}
 	return err
 }

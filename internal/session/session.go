@@ -114,7 +114,11 @@ type Session struct {
 	// warmModel and warmAccount are where the session's last call that
 	// read a prompt went (provider/model and credential account): the
 	// prompt cache it has.
-	sticky      map[string]string
+	sticky map[string]string
+	// paced: the credential, by provider, that pacing blocked after this
+	// session's last call to it; the next call that avoids it is a 429
+	// avoided (RateLimitObserver).
+	paced       map[string]string
 	warmModel   string
 	warmAccount string
 
@@ -751,6 +755,7 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 			if !errors.As(err, &blocked) {
 				return s.finishCall(ctx, promptID, model, origin, res, nil)
 			}
+			s.avoidedPaced(p.Name, "") // it waits for a credential
 			// Every sibling is usage-limited: a usage limit whose wait is the
 			// earliest unblock (step 7 without a switch).
 			v := retry.Verdict{Class: retry.ClassUsageLimit, Retryable: true, Underlying: retry.ClassUsageLimit,
@@ -771,6 +776,7 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 		s.stickLocked(p.Name, req.Credential.ID)
 		s.mu.Unlock()
 	}
+	s.avoidedPaced(p.Name, req.Credential.ID)
 	// The runtime context as this call's target may take it: reasoning
 	// state goes back only to the provider, model and account that made
 	// it (the context itself keeps it, for a later call to them).
@@ -829,6 +835,35 @@ func (s *Session) pace(ctx context.Context, providerName, credID string, headers
 	}
 	s.m.log.Info("credential paced: blocked until its rate limit resets", "session", s.id, "provider", providerName,
 		"credential", credID, "bucket", pc.Bucket, "wait_ms", pc.Wait.Milliseconds())
+	s.mu.Lock()
+	if s.paced == nil {
+		s.paced = map[string]string{}
+	}
+	s.paced[providerName] = credID
+	s.mu.Unlock()
+}
+
+// RateLimitObserver is an Observer that also hears of the 429s pacing
+// avoided: a call that, after pacing blocked the credential its session
+// used, goes to another credential of the provider or waits for one.
+type RateLimitObserver interface {
+	RateLimitAvoided(provider string)
+}
+
+// avoidedPaced reports a 429 avoided when the session's next call to
+// providerName after a pacing block does not go to the paced credential
+// (credID: the call's, "" when it waits for one).
+func (s *Session) avoidedPaced(providerName, credID string) {
+	s.mu.Lock()
+	paced, ok := s.paced[providerName]
+	delete(s.paced, providerName)
+	s.mu.Unlock()
+	if !ok || paced == credID {
+		return
+	}
+	if o, ok := s.m.opts.Observer.(RateLimitObserver); ok {
+		o.RateLimitAvoided(providerName)
+	}
 }
 
 // callParams are the model parameters of a call of p's model: params
