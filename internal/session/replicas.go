@@ -612,6 +612,7 @@ func (s *Session) saveRunLocked(r Run) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancel()
 	r.Replica = sh.ReplicaID()
+	r.Spent, r.Wasted = s.runSpendLocked()
 	if err := sh.SaveRun(ctx, s.id, r); err != nil {
 		s.m.log.Warn("run state not stored (another replica could not resume this retry)", "session", s.id, "err", err)
 		s.fenceOnLocked(err)
@@ -637,10 +638,23 @@ func (s *Session) persistRetryLocked(r Run, stripped int64) {
 	}
 	r.Replica = sh.ReplicaID()
 	r.Params = s.promptParamsLocked()
+	r.Spent, r.Wasted = s.runSpendLocked()
 	if err := sh.SaveRun(ctx, s.id, r); err != nil {
 		s.m.log.Warn("run state not stored (another replica could not resume this retry)", "session", s.id, "err", err)
 		s.fenceOnLocked(err)
 	}
+}
+
+// runSpendLocked is what the running prompt spent so far, for its run
+// record (nil when nothing).
+func (s *Session) runSpendLocked() (spent, wasted *Spend) {
+	if sp := s.runSpent; !sp.Usage.IsZero() || sp.Priced {
+		spent = &sp
+	}
+	if w := s.runWasted; !w.Usage.IsZero() || w.Priced {
+		wasted = &w
+	}
+	return spent, wasted
 }
 
 // promptParamsLocked is the running prompt's model parameters for its run
@@ -892,11 +906,14 @@ type resumePoint struct {
 	openMessage bool
 	openModel   string
 	openAgent   bool
-	attempt     int
-	calls       int // model calls the prompt made so far
-	due         time.Time
-	class       string
-	source      string
+	// What the prompt spent on the lost replica, as its run recorded it
+	// (at its last retry): the taker goes on counting from there.
+	spent, wasted Spend
+	attempt       int
+	calls         int // model calls the prompt made so far
+	due           time.Time
+	class         string
+	source        string
 }
 
 // takeOver takes the lease of a running prompt whose owner was lost and
@@ -983,6 +1000,12 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		m.opts.Observer.Takeover(TakeoverResumed)
 		m.log.Info("janitor: resuming the retry of a lost replica", "session", id, "prompt", run.PromptID,
 			"replica", lostReplica, "attempt", run.Attempt, "due", run.Due)
+	}
+	if run.Spent != nil {
+		res.spent = *run.Spent
+	}
+	if run.Wasted != nil {
+		res.wasted = *run.Wasted
 	}
 	go s.run(runCtx, cancel, s.generation, run.PromptID, res)
 	return nil

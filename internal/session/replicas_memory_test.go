@@ -140,3 +140,53 @@ func untilWithin(t *testing.T, sub *session.Subscription, typ string, d time.Dur
 		}
 	}
 }
+
+// A prompt's usage survives its takeover: a tool loop's first call on A,
+// then a retry in backoff when A is cut off; B resumes it, and prompt_end
+// counts both replicas' calls (what every message_end of the prompt says).
+func TestMemoryReplicasTakeOverKeepsPromptUsage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := sessionstore.NewMemoryBackend(512)
+		stA, stB := b.Replica("rep_a"), b.Replica("rep_b")
+		const lease = 2 * time.Second
+		a, bm := memReplica(t, stA, lease), memReplica(t, stB, lease)
+		defer closeAll(t, a, bm)
+		ctx := t.Context()
+		s, err := a.Create(ctx, "t", session.CreateParams{Model: "sim/echo",
+			Tools: []provider.Tool{{Name: "t", Description: "test tool", InputSchema: []byte(`{"type":"object"}`)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, onA, err := s.Prompt(ctx, "x [[tools: t]] [[faults: ok,503:retry-after=30,ok]]")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer onA.Close()
+		seen := until(t, onA, session.EventToolCall)
+		call := last(seen).ToolCall
+		if err := s.SubmitToolResults(ctx, []session.ToolResult{{CallID: call.CallID, Content: "done"}}); err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, until(t, onA, session.EventAutoRetryStart)...)
+		stA.Cut()
+		more, resume := untilResume(t, onA)
+		seen = append(seen, more...)
+		onB, err := get(t, bm, s.ID()).Subscribe(ctx, resume.After)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer onB.Close()
+		seen = append(seen, untilWithin(t, onB, session.EventPromptEnd, time.Minute)...)
+		var want provider.Usage
+		for _, e := range only(seen, session.EventMessageEnd) {
+			if e.Usage != nil {
+				want.Add(*e.Usage)
+			}
+		}
+		end := last(seen)
+		if end.Outcome != session.OutcomeCompleted || end.Usage == nil || want.InputTokens == 0 || *end.Usage != want {
+			t.Fatalf("prompt_end %s usage %+v, want the sum of its calls' %+v", end.Outcome, end.Usage, want)
+		}
+		stA.Reconnect()
+	})
+}

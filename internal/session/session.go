@@ -496,6 +496,12 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	started := time.Now()
 	s.mu.Lock()
 	s.runSpent, s.runWasted = Spend{}, Spend{}
+	if res != nil {
+		// Taken over: what the prompt spent on the lost replica, as its run
+		// recorded it with the retry (the session's totals were saved
+		// with the record at the same time).
+		s.runSpent, s.runWasted = res.spent, res.wasted
+	}
 	parent := s.runTrace
 	s.runTrace = trace.SpanContext{}
 	s.mu.Unlock()

@@ -238,8 +238,13 @@ type Run struct {
 	Class       string    `json:"class,omitempty"`
 	DelaySource string    `json:"delaySource,omitempty"`
 	Credential  string    `json:"credential,omitempty"`
-	// Calls is the number of model calls the prompt made so far.
-	Calls int `json:"calls,omitempty"`
+	// Calls is the number of model calls the prompt made so far; Spent
+	// and Wasted what they spent, and the part of it retries threw away
+	// (prompt_end.usage and retryUsage), so that a replica taking the
+	// prompt over goes on counting.
+	Calls  int    `json:"calls,omitempty"`
+	Spent  *Spend `json:"spent,omitempty"`
+	Wasted *Spend `json:"wasted,omitempty"`
 	// Params are the prompt's model parameters when the prompt overrode
 	// the session's (nil: the session's).
 	Params *provider.Params `json:"params,omitempty"`
