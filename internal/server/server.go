@@ -37,6 +37,7 @@ import (
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/anthropic"
+	"github.com/agentd/agentd/internal/provider/gemini"
 	"github.com/agentd/agentd/internal/provider/openai"
 	"github.com/agentd/agentd/internal/provider/sim"
 	"github.com/agentd/agentd/internal/redisconn"
@@ -259,6 +260,9 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses,
 			EncryptedReasoning: pc.EncryptedReasoning}), nil
+	case provider.KindGemini:
+		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
+			Headers: pc.Headers, AuthHeader: pc.AuthHeader}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}
