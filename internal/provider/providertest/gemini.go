@@ -341,5 +341,3 @@ func geminiPlan(si streamInfo, a *Answer) plan {
 	}
 	return p
 }
-
-
