@@ -225,6 +225,7 @@ var classifyCases = []classifyCase{
 	{"gemini input token count as reported", failure("400 INVALID_ARGUMENT: The input token count (1196265) exceeds the maximum number of tokens allowed (1048575).", status(400), typ("INVALID_ARGUMENT"), code("400"), api("gemini")), ovf},
 	{"gemini input token count exceeds", failure("400 INVALID_ARGUMENT: The input token count exceeds the maximum number of tokens allowed 1048576.", status(400), typ("INVALID_ARGUMENT"), api("gemini")), ovf},
 	{"gemini bad key", failure("400 INVALID_ARGUMENT: API key not valid. Please pass a valid API key.", status(400), typ("INVALID_ARGUMENT"), api("gemini")), not},
+	{"gemini thought signature refused", failure("400 INVALID_ARGUMENT: Unable to submit request because Thought signature is not valid.", status(400), typ("INVALID_ARGUMENT"), api("gemini")), stl},
 	{"gemini blocked prompt", failure("Prompt blocked by Gemini (promptFeedback.blockReason PROHIBITED_CONTENT)", details("sensitive"), api("gemini")), ref},
 	{"gemini 503 overloaded", failure(`{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`, status(503)), tr},
 	{"gemini 503 unavailable text", failure(`{"error":{"code":503,"message":"The service is currently unavailable.","status":"UNAVAILABLE"}}`), tr},
