@@ -119,3 +119,39 @@ providers:
 		}
 	}
 }
+
+// A Gemini stream that fails after content (a data: {"error"} frame after
+// the first text chunk) is not replayed: one call, the prompt fails.
+func TestGeminiMidStreamErrorAfterContentEndToEnd(t *testing.T) {
+	fake := providertest.NewServer(providertest.Options{Answer: &providertest.Answer{Text: []string{"Hel", "lo"}}})
+	defer fake.Close()
+	ts := start(t, fmt.Sprintf(`retry: {base_delay_ms: 1}
+providers:
+  - name: g
+    kind: gemini
+    base_url: %s
+    credentials: [{id: one, api_key: AIzaSyONE0123456789abcdefghijklm}]
+`, fake.URL))
+	fake.Enqueue(providertest.Step{Kind: providertest.StepErrorEvent, After: 1})
+	ctx := testCtx(t)
+	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "g/gemini-2.5-flash"}))
+	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
+	if got := compact(types(evs)); strings.Contains(got, "auto_retry") {
+		t.Fatalf("events: %s", got)
+	}
+	var end *agentdv1.MessageEnd
+	for _, e := range evs {
+		if me := e.GetMessageEnd(); me != nil {
+			end = me
+		}
+	}
+	if end.GetErrorClass() != "not_retryable" || !strings.Contains(end.GetErrorMessage(), "200 UNAVAILABLE: The model is overloaded.") {
+		t.Fatalf("message_end = %v", end)
+	}
+	if pe := evs[len(evs)-1].GetPromptEnd(); pe.GetOutcome() != "failed" {
+		t.Fatalf("prompt_end = %v", pe)
+	}
+	if n := len(fake.Requests()); n != 1 {
+		t.Fatalf("provider saw %d calls, want 1", n)
+	}
+}
