@@ -54,17 +54,16 @@ type ErrorObject struct {
 	Message string          `json:"message"`
 	Code    json.RawMessage `json:"code"`
 	// Status is Google's canonical status name (RESOURCE_EXHAUSTED,
-	// UNAVAILABLE, INVALID_ARGUMENT, …).
-	Status string `json:"status"`
+	// UNAVAILABLE, INVALID_ARGUMENT, …); raw, since other shapes put a
+	// number there (OpenAI's stream error events).
+	Status json.RawMessage `json:"status"`
 	// Details is Anthropic's {"error_code"} object or Google's list of
 	// google.rpc details (left to the retry engine, which reads the body).
 	Details json.RawMessage `json:"details"`
-	// Metadata is OpenRouter's: the upstream provider's own error (raw, a
-	// string or JSON) and its name.
-	Metadata struct {
-		Raw          json.RawMessage `json:"raw"`
-		ProviderName string          `json:"provider_name"`
-	} `json:"metadata"`
+	// Metadata is OpenRouter's {"raw", "provider_name"}: the upstream
+	// provider's own error (a string or JSON) and its name. Raw, so that
+	// another shape does not spoil the rest.
+	Metadata json.RawMessage `json:"metadata"`
 }
 
 // APIError is the error o describes; its type is the type field, else
@@ -75,7 +74,9 @@ type ErrorObject struct {
 func (o ErrorObject) APIError() APIError {
 	e := APIError{Type: o.Type, Message: o.Message, Code: jsonScalar(o.Code)}
 	if e.Type == "" {
-		e.Type = o.Status
+		if st := jsonScalar(o.Status); st != "" && (st[0] < '0' || st[0] > '9') {
+			e.Type = st
+		}
 	}
 	if e.Code == "" && len(o.Details) > 0 && o.Details[0] == '{' {
 		var d struct {
@@ -85,8 +86,15 @@ func (o ErrorObject) APIError() APIError {
 			e.Code = d.ErrorCode
 		}
 	}
-	if raw := rawCause(o.Metadata.Raw); raw != "" {
-		name := o.Metadata.ProviderName
+	var md struct {
+		Raw          json.RawMessage `json:"raw"`
+		ProviderName string          `json:"provider_name"`
+	}
+	if len(o.Metadata) > 0 && o.Metadata[0] == '{' {
+		_ = json.Unmarshal(o.Metadata, &md)
+	}
+	if raw := rawCause(md.Raw); raw != "" {
+		name := md.ProviderName
 		if name != "" {
 			name += ": "
 		}

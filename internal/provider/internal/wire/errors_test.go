@@ -25,6 +25,13 @@ func TestParseErrorBody(t *testing.T) {
 		{"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>", APIError{Message: "502 Bad Gateway"}},
 		{"  upstream   connect error\n", APIError{Message: "upstream connect error"}},
 		{"", APIError{}},
+		{`{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"previous_response_not_found","message":"gone"}}`,
+			APIError{Type: "invalid_request_error", Code: "previous_response_not_found", Message: "gone"}},
+		{`{"error":{"code":429,"message":"Provider returned error","metadata":{"raw":"upstream says slow down","provider_name":"Chutes"}}}`,
+			APIError{Code: "429", Message: "Provider returned error (Chutes: upstream says slow down)"}},
+		{`{"error":{"code":429,"message":"m","metadata":"odd"}}`, APIError{Code: "429", Message: "m"}},
+		{`{"error":{"code":429,"message":"m","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1s"}]}}`,
+			APIError{Type: "RESOURCE_EXHAUSTED", Code: "429", Message: "m"}},
 	} {
 		got := ParseErrorBody([]byte(tc.body))
 		got.Body = ""
