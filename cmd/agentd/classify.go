@@ -32,6 +32,9 @@ type classifyInput struct {
 	StopReason       string                  `json:"stopReason"`
 	StopDetails      string                  `json:"stopDetails"`
 	ObservableOutput bool                    `json:"observableOutput"`
+	// Body is the provider's error body: a JSON string holding it, or the
+	// body's JSON itself ({"error": {…, "details": [...]}}).
+	Body json.RawMessage `json:"body"`
 }
 
 // classifyOutput is one verdict line. RetryAfterMs is present only when the
@@ -133,6 +136,7 @@ func classifyLine(n int, line []byte, now time.Time) any {
 		ErrorType:        in.Type,
 		ErrorCode:        in.Code,
 		ObservableOutput: in.ObservableOutput,
+		Body:             bodyText(in.Body),
 	}
 	if f.StopReason == "" {
 		f.StopReason = "error"
@@ -152,6 +156,19 @@ func classifyLine(n int, line []byte, now time.Time) any {
 		o.RetryAfterMs = &ms
 	}
 	return o
+}
+
+// bodyText is the body input field's text: a JSON string's value, else the
+// JSON as it is; "" for none or null.
+func bodyText(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
 }
 
 func decodeClassifyInput(line []byte) (classifyInput, error) {

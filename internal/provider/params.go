@@ -10,13 +10,14 @@ import (
 // Params are the model parameters of one call. The zero Params asks for the
 // provider's defaults. Each kind maps them onto its own wire fields:
 //
-//	                 anthropic            openai-responses          openai-chat             simulated
-//	MaxTokens        max_tokens           max_output_tokens         max_completion_tokens   -
-//	Temperature      temperature          temperature               temperature             -
-//	TopP             top_p                top_p                     top_p                   -
-//	StopSequences    stop_sequences       (refused)                 stop                    -
-//	Thinking         thinking: enabled,   reasoning: {effort,       reasoning_effort        thinking deltas and
-//	                 budget_tokens        summary: "auto"}                                  a signature
+//	                 anthropic            openai-responses          openai-chat             gemini (generationConfig)   simulated
+//	MaxTokens        max_tokens           max_output_tokens         max_completion_tokens   maxOutputTokens             -
+//	Temperature      temperature          temperature               temperature             temperature                 -
+//	TopP             top_p                top_p                     top_p                   topP                        -
+//	StopSequences    stop_sequences       (refused)                 stop                    stopSequences               -
+//	Thinking         thinking: enabled,   reasoning: {effort,       reasoning_effort        thinkingConfig: {           thinking deltas and
+//	                 budget_tokens        summary: "auto"}                                  thinkingBudget: Budget(),   a signature
+//	                                                                                        includeThoughts: true}
 //
 // [ValidateParams] says what a kind refuses; providers map what they are
 // given without checking.
@@ -103,6 +104,7 @@ var kindNames = map[string]string{
 	KindAnthropic:       "Anthropic",
 	KindOpenAIResponses: "OpenAI Responses",
 	KindOpenAIChat:      "OpenAI Chat Completions",
+	KindGemini:          "Gemini",
 	KindSimulated:       "simulated",
 }
 
@@ -111,11 +113,16 @@ var maxTemperature = map[string]float64{
 	KindAnthropic:       1,
 	KindOpenAIResponses: 2,
 	KindOpenAIChat:      2,
+	KindGemini:          2,
 	KindSimulated:       2,
 }
 
-// maxChatStops is how many stop sequences Chat Completions accepts.
-const maxChatStops = 4
+// maxChatStops is how many stop sequences Chat Completions accepts;
+// maxGeminiStops Gemini's generationConfig.stopSequences.
+const (
+	maxChatStops   = 4
+	maxGeminiStops = 5
+)
 
 // ValidateParams checks p against what the provider kind's API accepts, and
 // returns the first problem as a *ParamError naming the field, e.g.
@@ -132,7 +139,9 @@ const maxChatStops = 4
 //     only 1 and top_p only from 0.95 to 1, as the API requires;
 //   - openai-responses: no stop sequences (the Responses API has none), no
 //     budget_tokens (effort only), max_tokens at least 16;
-//   - openai-chat: at most 4 stop sequences, no budget_tokens (effort only).
+//   - openai-chat: at most 4 stop sequences, no budget_tokens (effort only);
+//   - gemini: at most 5 stop sequences (budget_tokens and effort both map
+//     onto thinkingConfig.thinkingBudget).
 //
 // Model-specific refusals (a reasoning model that takes no temperature) are
 // the provider's to report.
@@ -202,6 +211,10 @@ func ValidateParams(kind string, p Params) error {
 		}
 		if th != nil && th.BudgetTokens > 0 {
 			return paramErr("params.thinking.budget_tokens", "not accepted by the OpenAI Chat Completions API (set params.thinking.effort)")
+		}
+	case KindGemini:
+		if len(p.StopSequences) > maxGeminiStops {
+			return paramErr("params.stop_sequences", "at most %d (Gemini)", maxGeminiStops)
 		}
 	}
 	return nil

@@ -17,11 +17,12 @@ const (
 	KindAnthropic       = "anthropic"
 	KindOpenAIResponses = "openai-responses"
 	KindOpenAIChat      = "openai-chat"
+	KindGemini          = "gemini"
 	KindSimulated       = "simulated"
 )
 
 // Kinds lists every provider kind agentd knows.
-var Kinds = []string{KindAnthropic, KindOpenAIResponses, KindOpenAIChat, KindSimulated}
+var Kinds = []string{KindAnthropic, KindOpenAIResponses, KindOpenAIChat, KindGemini, KindSimulated}
 
 // Roles of a message.
 const (
@@ -261,6 +262,11 @@ type Failure struct {
 	Headers http.Header // response headers, when a response arrived
 	Type    string      // provider error.type, e.g. "overloaded_error"
 	Code    string      // provider error.code, e.g. "insufficient_quota"
+	// Body is the provider's error body (or error event) as it came, at
+	// most 64 KiB, secrets redacted: the structured hints the retry engine
+	// reads (Google's RetryInfo and QuotaFailure details, OpenRouter's
+	// error.metadata). Empty when none arrived.
+	Body string
 }
 
 // Result is the end of one model call.

@@ -139,12 +139,17 @@ type Failure struct {
 	StopReason       string      // "error", "aborted", "stop", ... (message_end stopReason)
 	ErrorMessage     string      // the error text, as the provider client wrote it
 	StopDetails      string      // "refusal", "sensitive", "stream_interrupted_after_content" (any case) or ""
-	API              string      // provider kind: "anthropic", "openai-responses", "openai-chat", "simulated", or ""
+	API              string      // provider kind: "anthropic", "openai-responses", "openai-chat", "gemini", "simulated", or ""
 	Status           int         // HTTP status when known, else 0 (200 for an in-stream error event)
 	Headers          http.Header // response headers when known; keys are matched case-insensitively
 	ErrorType        string      // provider error.type, e.g. "overloaded_error"
 	ErrorCode        string      // provider error.code, e.g. "insufficient_quota"
 	ObservableOutput bool        // stream already emitted a tool call, non-empty text, thinking or redacted thinking
+	// Body is the provider's error body (or error event) when known: its
+	// structured hints are read (google.rpc.RetryInfo and QuotaFailure of
+	// a Gemini error, after the headers and the wording). A body over 64
+	// KiB says nothing.
+	Body string
 
 	// ContextWindow and InputTokens, when both are known (> 0), detect the
 	// silent overflow of docs/retry-policy.md §1.2: input + cache read +
@@ -263,6 +268,10 @@ func Classify(f Failure, now time.Time) Verdict {
 	msg := prepareMessage(f.ErrorMessage, true)
 	hdrs := viewHeaders(f.Headers)
 	hint, hasHint := parseHint(hdrs, msg, now)
+	g := parseGoogleBody(f.Body)
+	if !hasHint && g.hasDelay {
+		hint, hasHint = g.delay, true // RetryInfo, after the headers and the wording
+	}
 	v := Verdict{Hint: hint, HasHint: hasHint}
 	done := func(class Class, reason string) Verdict {
 		v.Class, v.Underlying, v.Retryable, v.Reason = class, class, class.Retryable(), reason
@@ -297,6 +306,10 @@ func Classify(f Failure, now time.Time) Verdict {
 		return done(ClassRefusal, "classifier refusal (stopDetails "+quote(strings.ToLower(strings.TrimSpace(f.StopDetails)))+"): retried only on a fallback model")
 	}
 
+	if r, ok := c.creditsExhausted(); ok {
+		return done(ClassNotRetryable, r)
+	}
+
 	var class Class
 	var reason string
 	var staleCase StaleCase
@@ -308,6 +321,19 @@ func Classify(f Failure, now time.Time) Verdict {
 			return done(cl, r)
 		}
 		class, reason, bedrockDaily = cl, r, daily
+	} else if cl, r, ok := c.google(g); ok {
+		class, reason = cl, r
+		if cl == ClassUsageLimit {
+			// A daily quota resets at midnight Pacific: a shorter wait
+			// (Google's RetryInfo on a daily quota, a wording) is not
+			// the reset.
+			if reset := untilPacificMidnight(now); !hasHint || hint < reset {
+				hint, hasHint = reset, true
+				v.Hint, v.HasHint = hint, hasHint
+			}
+		}
+	} else if r, ok := c.localServer(); ok {
+		class, reason = ClassTransient, r
 	} else if r, ok := c.usage(hint, hasHint); ok {
 		class, reason = ClassUsageLimit, r
 	} else if r, ok := c.transient(); ok {

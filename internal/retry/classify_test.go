@@ -21,6 +21,7 @@ func details(s string) opt  { return func(f *Failure) { f.StopDetails = s } }
 func stop(s string) opt     { return func(f *Failure) { f.StopReason = s } }
 func observable() opt       { return func(f *Failure) { f.ObservableOutput = true } }
 func hdr(k, v string) opt   { return func(f *Failure) { setHeader(f, k, v) } }
+func body(s string) opt     { return func(f *Failure) { f.Body = s } }
 func window(cw, in int) opt { return func(f *Failure) { f.ContextWindow, f.InputTokens = cw, in } }
 func setHeader(f *Failure, k, v string) {
 	if f.Headers == nil {
@@ -51,6 +52,15 @@ const (
 	stl = ClassStaleReplay
 	ref = ClassRefusal
 	not = ClassNotRetryable
+)
+
+// Gemini's 429 as the gemini client words it, and its bodies (Google's
+// envelope with google.rpc details, as the Gemini API sends them; see
+// docs/provider-formats.md).
+const (
+	geminiMsg429        = "429 RESOURCE_EXHAUSTED: You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits."
+	geminiBodyPerMinute = `{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_input_token_count","quotaId":"GenerateContentInputTokensPerModelPerMinute-FreeTier","quotaDimensions":{"location":"global","model":"gemini-2.5-flash"},"quotaValue":"250000"}]},{"@type":"type.googleapis.com/google.rpc.Help","links":[{"description":"Learn more about Gemini API quotas","url":"https://ai.google.dev/gemini-api/docs/rate-limits"}]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"45.837906927s"}]}}`
+	geminiBodyPerDay    = `{"error":{"code":429,"message":"You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":"generativelanguage.googleapis.com/generate_content_free_tier_requests","quotaId":"GenerateRequestsPerDayPerProjectPerModel-FreeTier","quotaDimensions":{"location":"global","model":"gemini-2.5-pro"},"quotaValue":"50"}]}]}}`
 )
 
 // classifyCases are real provider and transport error messages (from the
@@ -200,7 +210,23 @@ var classifyCases = []classifyCase{
 	// ---- Google Gemini / Vertex ----
 	{"gemini resource exhausted", failure(`{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}`, status(429)), use},
 	{"gemini free tier quota", failure("You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits. * Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 15, model: gemini-2.0-flash Please retry in 7.609416s.", status(429)), use},
-	{"vertex resource exhausted", failure(`Google API error (429): {"error":{"code":429,"message":"Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.","status":"RESOURCE_EXHAUSTED"}}`), use},
+	// Vertex's shared capacity (dynamic shared quota): no quota of the
+	// caller's ran out, back off and retry.
+	{"vertex resource exhausted", failure(`Google API error (429): {"error":{"code":429,"message":"Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.","status":"RESOURCE_EXHAUSTED"}}`), tr},
+	{"vertex resource exhausted, as the gemini client reports it", failure("429 RESOURCE_EXHAUSTED: Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.", status(429), typ("RESOURCE_EXHAUSTED"), code("429")), tr},
+	{"vertex per-minute quota in the text", failure("429 Quota exceeded for aiplatform.googleapis.com/generate_content_requests_per_minute_per_project_per_base_model with base model: gemini-pro. Please submit a quota increase request. https://cloud.google.com/vertex-ai/docs/generative-ai/quotas-genai."), tr},
+	{"gemini per-minute quota with RetryInfo", failure(geminiMsg429, status(429), typ("RESOURCE_EXHAUSTED"), code("429"), body(geminiBodyPerMinute)), tr},
+	{"gemini RetryInfo only", failure(geminiMsg429, status(429), typ("RESOURCE_EXHAUSTED"), body(`{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"26s"}]}}`)), tr},
+	{"gemini per-day quota", failure(geminiMsg429, status(429), typ("RESOURCE_EXHAUSTED"), code("429"), body(geminiBodyPerDay)), use},
+	{"gemini per-day quota with a RetryInfo", failure(geminiMsg429, status(429), typ("RESOURCE_EXHAUSTED"), body(strings.Replace(geminiBodyPerMinute, "GenerateContentInputTokensPerModelPerMinute-FreeTier", "GenerateRequestsPerDayPerProjectPerModel-FreeTier", 1))), use},
+	{"gemini per-day quota in an array body", failure(geminiMsg429, status(429), body("["+geminiBodyPerDay+"]")), use},
+	{"gemini 503 as the gemini client reports it", failure("503 UNAVAILABLE: The model is overloaded. Please try again later.", status(503), typ("UNAVAILABLE"), code("503"), api("gemini")), tr},
+	{"gemini 503 mid-stream", failure("200 UNAVAILABLE: The model is overloaded. Please try again later.", status(200), typ("UNAVAILABLE"), code("503"), api("gemini")), tr},
+	{"gemini input token count as reported", failure("400 INVALID_ARGUMENT: The input token count (1196265) exceeds the maximum number of tokens allowed (1048575).", status(400), typ("INVALID_ARGUMENT"), code("400"), api("gemini")), ovf},
+	{"gemini input token count exceeds", failure("400 INVALID_ARGUMENT: The input token count exceeds the maximum number of tokens allowed 1048576.", status(400), typ("INVALID_ARGUMENT"), api("gemini")), ovf},
+	{"gemini bad key", failure("400 INVALID_ARGUMENT: API key not valid. Please pass a valid API key.", status(400), typ("INVALID_ARGUMENT"), api("gemini")), not},
+	{"gemini thought signature refused", failure("400 INVALID_ARGUMENT: Unable to submit request because Thought signature is not valid.", status(400), typ("INVALID_ARGUMENT"), api("gemini")), stl},
+	{"gemini blocked prompt", failure("Prompt blocked by Gemini (promptFeedback.blockReason PROHIBITED_CONTENT)", details("sensitive"), api("gemini")), ref},
 	{"gemini 503 overloaded", failure(`{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}`, status(503)), tr},
 	{"gemini 503 unavailable text", failure(`{"error":{"code":503,"message":"The service is currently unavailable.","status":"UNAVAILABLE"}}`), tr},
 	{"gemini 500 internal", failure(`{"error":{"code":500,"message":"An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting","status":"INTERNAL"}}`), tr},
@@ -247,7 +273,14 @@ var classifyCases = []classifyCase{
 	{"xai overflow", failure("This model's maximum prompt length is 131072 but the request contains 537812 tokens."), ovf},
 	{"openrouter overflow", failure(`This endpoint's maximum context length is 200000 tokens. However, you requested about 250000 tokens (240000 of text input, 10000 in the output). Please reduce the length of either one, or use the "middle-out" transform to compress your prompt automatically.`), ovf},
 	{"openrouter free per day", failure("Rate limit exceeded: free-models-per-day. Add 10 credits to unlock 1000 free model requests per day", status(429)), use},
-	{"openrouter more credits", failure("This request requires more credits, or fewer max_tokens. You requested up to 4096 tokens, but can only afford 1000. To increase, visit https://openrouter.ai/settings/credits and upgrade to a paid account", status(402)), use},
+	// OpenRouter's 402: no credits. Not retried, not a block (issue 21).
+	{"openrouter more credits", failure("This request requires more credits, or fewer max_tokens. You requested up to 4096 tokens, but can only afford 1000. To increase, visit https://openrouter.ai/settings/credits and upgrade to a paid account", status(402)), not},
+	{"openrouter insufficient credits", failure("402 Insufficient credits. This account never purchased credits. Make sure your key is on the correct account or org, and if so, purchase more at https://openrouter.ai/settings/credits", status(402), api("openai-chat")), not},
+	{"openrouter 429 upstream raw, in a 200", failure(`200 Provider returned error (Google AI Studio: {"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}})`, status(200), code("429"), api("openai-chat")), use},
+	{"openrouter rate limited upstream", failure("429 google/gemini-2.0-flash-exp:free is temporarily rate-limited upstream. Please retry shortly, or add your own key to accumulate your rate limits: https://openrouter.ai/settings/integrations", status(429), code("429"), api("openai-chat")), tr},
+	{"vllm loading model", failure("503 Loading model", status(503), api("openai-chat")), tr},
+	{"ollama busy in a 200", failure("200 server busy, please try again.  maximum pending requests exceeded", status(200), api("openai-chat")), tr},
+	{"hf endpoint loading", failure(`Model meta-llama/Llama-3.1-8B-Instruct is currently loading`, api("openai-chat")), tr},
 	{"openrouter provider returned error", failure("Provider returned error"), tr},
 	{"openrouter 502 envelope", failure(`{"error":{"message":"Provider returned error","code":502,"metadata":{"raw":"upstream failure"}}}`), tr},
 	{"openrouter finish_reason error", failure("Provider returned error finish_reason"), tr},

@@ -165,6 +165,9 @@ var (
 // of a tool loop ("messages.1.content.0.type: Expected `thinking` or
 // `redacted_thinking`, but found `text`. When `thinking` is enabled, a
 // final `assistant` message must start with a thinking block …"); OpenAI
+// encrypted content it cannot verify; a Gemini thought signature it refuses
+// ("Thought signature is not valid", an assumed wording:
+// docs/provider-formats.md §1.5) is the signature case; OpenAI
 // encrypted content it cannot verify ("The encrypted content for item rs_…
 // could not be verified.", "The encrypted content gAAA… could not be
 // verified. Reason: Encrypted content organization_id did not match the
@@ -175,6 +178,7 @@ var staleReasoningRE = []phrases{
 		`blocks in the latest assistant message cannot be modified`,
 		`thinking blocks, the first block must be .?thinking`,
 		`message in the final position cannot contain .?thinking`,
+		`thought signature is not valid`,
 	),
 	wordPhrases(
 		`must start with a thinking block`,

@@ -40,6 +40,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/anthropic"
 	"github.com/agentd/agentd/internal/provider/bedrock"
+	"github.com/agentd/agentd/internal/provider/gemini"
 	"github.com/agentd/agentd/internal/provider/openai"
 	"github.com/agentd/agentd/internal/provider/sim"
 	"github.com/agentd/agentd/internal/redisconn"
@@ -293,6 +294,9 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 	case provider.KindBedrock:
 		return bedrock.New(bedrock.Options{Region: pc.Region, Endpoint: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			MaxTokens: pc.MaxTokens}), nil
+	case provider.KindGemini:
+		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
+			Headers: pc.Headers, AuthHeader: pc.AuthHeader}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}

@@ -959,6 +959,7 @@ func failureOf(res *provider.Result, kind string) retry.Failure {
 	}
 	if res.Failure != nil {
 		f.Status, f.Headers, f.ErrorType, f.ErrorCode = res.Failure.Status, res.Failure.Headers, res.Failure.Type, res.Failure.Code
+		f.Body = res.Failure.Body
 	}
 	return f
 }

@@ -147,3 +147,23 @@ func OpenAIRateLimitHeaders() http.Header {
 		"x-ratelimit-reset-tokens", "6m0s",
 	)
 }
+
+// OpenAI-compatible servers' error bodies (docs/provider-formats.md §2).
+const (
+	// OpenRouterCredits is OpenRouter's 402 for an account without credits.
+	OpenRouterCredits = `{"error":{"message":"Insufficient credits. This account never purchased credits. Make sure your key is on the correct account or org, and if so, purchase more at https://openrouter.ai/settings/credits","code":402}}`
+	// OpenRouterUpstream429 is OpenRouter's error with the upstream's own
+	// error in metadata.raw (here Google AI Studio's 429), as a 200 JSON
+	// body or inside a stream.
+	OpenRouterUpstream429 = `{"error":{"message":"Provider returned error","code":429,"metadata":{"raw":"{\n  \"error\": {\n    \"code\": 429,\n    \"message\": \"Resource has been exhausted (e.g. check quota).\",\n    \"status\": \"RESOURCE_EXHAUSTED\"\n  }\n}\n","provider_name":"Google AI Studio"}},"user_id":"user_2abcDEFghiJKLmnoPQRstuVWXyz"}`
+	// OllamaBusy is Ollama's answer when its queue is full
+	// (server.ErrMaxQueue).
+	OllamaBusy = `{"error":"server busy, please try again.  maximum pending requests exceeded"}`
+)
+
+// OpenRouterStreamError is OpenRouter's mid-stream error chunk: the error
+// and a choice with finish_reason "error", after a 200.
+func OpenRouterStreamError(model string, code int, message string) string {
+	return fmt.Sprintf(`data: {"id":"gen-1751642570-abcDEF","object":"chat.completion.chunk","created":1751642570,"model":%s,"provider":"Chutes","error":{"code":%d,"message":%s},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error","native_finish_reason":"error"}]}`+"\n\n",
+		jsonString(model), code, jsonString(message))
+}

@@ -46,6 +46,9 @@ func (r *Deltas) Thinking() string {
 func CheckNoSecret(t testing.TB, res provider.Result, secret string) {
 	t.Helper()
 	text := fmt.Sprintf("%+v %#v", res, res)
+	if res.Failure != nil {
+		text += fmt.Sprintf(" %+v", *res.Failure) // the body and headers a pointer hides
+	}
 	for i := 0; i+8 <= len(secret); i++ {
 		if strings.Contains(text, secret[i:i+8]) {
 			t.Fatalf("result carries a piece of the secret %q: %s", secret[i:i+8], text)

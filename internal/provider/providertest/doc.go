@@ -1,7 +1,7 @@
 // Package providertest is a fake LLM provider: an [http.Handler] (and a
-// loopback [Server]) that speaks the streaming wire formats of the three
-// provider kinds agentd calls — Anthropic Messages, OpenAI Responses and
-// OpenAI Chat Completions — byte for byte as the providers send them, and
+// loopback [Server]) that speaks the streaming wire formats of the provider
+// kinds agentd calls — Anthropic Messages, OpenAI Responses, OpenAI Chat
+// Completions and Gemini streamGenerateContent — byte for byte as the providers send them, and
 // plays a scripted fault per request. agentd's provider
 // client tests use it over real loopback HTTP; so can end-to-end tests, a
 // mock-provider command and load tests (pacing is configurable).
@@ -9,8 +9,12 @@
 // # Routes
 //
 // POST …/messages, …/responses and …/chat/completions, under any prefix
-// ("/v1/messages", "/openai/v1/responses"). Every answer carries a request
-// id header (request-id for Anthropic, x-request-id for OpenAI).
+// ("/v1/messages", "/openai/v1/responses"), and Gemini's
+// …/models/{model}:streamGenerateContent (gemini.go: data: frames ended by
+// \r\n\r\n, Google's pretty-printed error envelope with google.rpc
+// details, thought signatures bound to account and model; the key in
+// x-goog-api-key). Every OpenAI answer carries x-request-id, every
+// Anthropic one request-id.
 //
 // # Steps
 //

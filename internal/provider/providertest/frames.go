@@ -87,6 +87,8 @@ func newPlan(si streamInfo, a *Answer) plan {
 		return anthropicPlan(si, a)
 	case provider.KindOpenAIResponses:
 		return responsesPlan(si, a)
+	case provider.KindGemini:
+		return geminiPlan(si, a)
 	default:
 		return chatPlan(si, a)
 	}

@@ -40,6 +40,11 @@ func encTo(b *strings.Builder, spaced bool, v any) {
 	if spaced {
 		sep, colon = ", ", ": "
 	}
+	encStyle(b, sep, colon, v)
+}
+
+// encStyle writes v with sep between members and colon after keys.
+func encStyle(b *strings.Builder, sep, colon string, v any) {
 	switch v := v.(type) {
 	case nil:
 		b.WriteString("null")
@@ -63,7 +68,7 @@ func encTo(b *strings.Builder, spaced bool, v any) {
 			}
 			b.WriteString(jsonString(m.k))
 			b.WriteString(colon)
-			encTo(b, spaced, m.v)
+			encStyle(b, sep, colon, m.v)
 		}
 		b.WriteByte('}')
 	case arr:
@@ -72,7 +77,7 @@ func encTo(b *strings.Builder, spaced bool, v any) {
 			if i > 0 {
 				b.WriteString(sep)
 			}
-			encTo(b, spaced, e)
+			encStyle(b, sep, colon, e)
 		}
 		b.WriteByte(']')
 	default:

@@ -148,7 +148,7 @@ func (h *Handler) account(key string) string {
 
 // checkReasoning applies the kind's reasoning rules to a request body; it
 // returns the rejection to play, if any.
-func (h *Handler) checkReasoning(kind, key string, body []byte) (Step, bool) {
+func (h *Handler) checkReasoning(kind, key, model string, body []byte) (Step, bool) {
 	if h.opts.NoReasoningChecks {
 		return Step{}, false
 	}
@@ -157,6 +157,8 @@ func (h *Handler) checkReasoning(kind, key string, body []byte) (Step, bool) {
 		return checkAnthropic(h.account(key), body)
 	case provider.KindOpenAIResponses:
 		return checkResponses(h.account(key), body)
+	case provider.KindGemini:
+		return checkGemini(h.account(key), model, body)
 	}
 	return Step{}, false
 }

@@ -209,6 +209,8 @@ func kindOf(path string) string {
 		return provider.KindOpenAIResponses
 	case strings.HasSuffix(path, "/chat/completions"):
 		return provider.KindOpenAIChat
+	case strings.HasSuffix(path, ":streamGenerateContent"):
+		return provider.KindGemini
 	}
 	return ""
 }
@@ -217,7 +219,7 @@ func kindOf(path string) string {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	kind := kindOf(r.URL.Path)
 	if kind == "" || r.Method != http.MethodPost {
-		http.Error(w, "providertest: POST …/messages, …/responses or …/chat/completions", http.StatusNotFound)
+		http.Error(w, "providertest: POST …/messages, …/responses, …/chat/completions or …/models/{model}:streamGenerateContent", http.StatusNotFound)
 		return
 	}
 	body, _ := io.ReadAll(io.LimitReader(r.Body, maxBody))
@@ -231,6 +233,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} `json:"stream_options"`
 	}
 	_ = json.Unmarshal(body, &fields)
+	if kind == provider.KindGemini {
+		fields.Model = geminiModel(r.URL.Path)
+	}
 
 	h.mu.Lock()
 	req := &Request{
@@ -243,11 +248,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := requestKey(kind, r.Header)
 	var step Step
 	switch {
+	case h.opts.APIKey != "" && key != h.opts.APIKey && kind == provider.KindGemini:
+		step = RawError(http.StatusBadRequest, GeminiInvalidAPIKey) // Gemini's answer to a bad key is a 400
 	case h.opts.APIKey != "" && key != h.opts.APIKey:
 		step = HTTPError(http.StatusUnauthorized)
 	default:
 		var refused bool
-		if step, refused = h.checkReasoning(kind, key, body); !refused {
+		if step, refused = h.checkReasoning(kind, key, fields.Model, body); !refused {
 			step = h.nextStep(req)
 		}
 	}
@@ -292,6 +299,9 @@ func (h *Handler) nextStep(req *Request) Step {
 func requestKey(kind string, h http.Header) string {
 	if kind == provider.KindAnthropic {
 		return h.Get("x-api-key")
+	}
+	if kind == provider.KindGemini && h.Get("x-goog-api-key") != "" {
+		return h.Get("x-goog-api-key")
 	}
 	if v, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer "); ok {
 		return v
@@ -347,9 +357,14 @@ func (p *player) live() bool {
 func (p *player) setHeaders(contentType string) {
 	h := p.w.Header()
 	h.Set("Content-Type", contentType)
-	if p.kind == provider.KindAnthropic {
+	switch p.kind {
+	case provider.KindAnthropic:
 		h.Set("request-id", p.reqID)
-	} else {
+	case provider.KindGemini:
+		h.Set("Server", "scaffolding on HTTPServer2")
+		h.Set("Vary", "Origin")
+		h.Set("X-Gemini-Service-Tier", "standard")
+	default:
 		h.Set("x-request-id", p.reqID)
 	}
 	for k, vs := range p.step.Headers {
@@ -370,6 +385,9 @@ func (p *player) play() {
 		ct := s.ContentType
 		if ct == "" {
 			ct = "application/json"
+			if p.kind == provider.KindGemini {
+				ct = "application/json; charset=UTF-8"
+			}
 		}
 		p.setHeaders(ct)
 		p.w.Header().Set("Content-Length", fmt.Sprint(len(p.body())))
@@ -397,7 +415,11 @@ func (p *player) play() {
 	}
 	pl := newPlan(p.si, a)
 
-	p.setHeaders("text/event-stream; charset=utf-8")
+	if p.kind == provider.KindGemini {
+		p.setHeaders("text/event-stream")
+	} else {
+		p.setHeaders("text/event-stream; charset=utf-8")
+	}
 	p.w.Header().Set("Cache-Control", "no-cache")
 	p.w.WriteHeader(http.StatusOK)
 	http.NewResponseController(p.w).Flush()
@@ -438,6 +460,9 @@ func (p *player) play() {
 func (p *player) body() string {
 	if p.step.Body != "" {
 		return p.step.Body
+	}
+	if p.kind == provider.KindGemini {
+		return geminiBody(p.step.Status, p.si.model)
 	}
 	return Body(p.kind, p.step.Status, p.key)
 }

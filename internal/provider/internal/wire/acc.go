@@ -259,6 +259,9 @@ func (a *Acc) Fail(msg, details string, f *provider.Failure) provider.Result {
 func (a *Acc) FailAPI(c *Call, e APIError) provider.Result {
 	f := c.Failure()
 	f.Type, f.Code = e.Type, e.Code
+	if e.Body != "" {
+		f.Body = redact(e.Body, a.secret)
+	}
 	return a.Fail(e.text(c.resp.StatusCode), "", f)
 }
 

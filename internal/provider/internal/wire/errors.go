@@ -21,7 +21,15 @@ const (
 // APIError is a provider error object.
 type APIError struct {
 	Type, Code, Message string
+	// Body is the error body or event as the provider sent it (at most
+	// maxFailureBody bytes; cut: not valid JSON), for the structured hints
+	// the retry engine reads from it (google.rpc RetryInfo and QuotaFailure,
+	// OpenRouter's error.metadata). The client redacts it before it leaves.
+	Body string
 }
+
+// maxFailureBody bounds APIError.Body.
+const maxFailureBody = 64 << 10
 
 // text formats e for a status as every client reports it; an error with a
 // code but no type (OpenAI's flat shapes) shows its code instead.
@@ -38,24 +46,78 @@ func (e APIError) text(status int) string {
 
 // ErrorObject is the JSON of an error object in every shape met: Anthropic
 // {"type","message","details":{"error_code"}}, OpenAI {"message","type",
-// "param","code"} where code may be a string, a number or null.
+// "param","code"} where code may be a string, a number or null, Google
+// {"code": 429, "message", "status": "RESOURCE_EXHAUSTED", "details": [...]},
+// OpenRouter {"code": 429, "message", "metadata": {"raw", "provider_name"}}.
 type ErrorObject struct {
 	Type    string          `json:"type"`
 	Message string          `json:"message"`
 	Code    json.RawMessage `json:"code"`
-	Details struct {
-		ErrorCode string `json:"error_code"`
-	} `json:"details"`
+	// Status is Google's canonical status name (RESOURCE_EXHAUSTED,
+	// UNAVAILABLE, INVALID_ARGUMENT, …); raw, since other shapes put a
+	// number there (OpenAI's stream error events).
+	Status json.RawMessage `json:"status"`
+	// Details is Anthropic's {"error_code"} object or Google's list of
+	// google.rpc details (left to the retry engine, which reads the body).
+	Details json.RawMessage `json:"details"`
+	// Metadata is OpenRouter's {"raw", "provider_name"}: the upstream
+	// provider's own error (a string or JSON) and its name. Raw, so that
+	// another shape does not spoil the rest.
+	Metadata json.RawMessage `json:"metadata"`
 }
 
-// APIError is the error o describes; its code is the code field's value
-// (a number's text), else details.error_code.
+// APIError is the error o describes; its type is the type field, else
+// Google's status; its code is the code field's value (a number's text),
+// else details.error_code. An OpenRouter error's message gets the
+// upstream's own error after it ("Provider returned error (Chutes: …)"),
+// so that classification reads the real cause.
 func (o ErrorObject) APIError() APIError {
 	e := APIError{Type: o.Type, Message: o.Message, Code: jsonScalar(o.Code)}
-	if e.Code == "" {
-		e.Code = o.Details.ErrorCode
+	if e.Type == "" {
+		if st := jsonScalar(o.Status); st != "" && (st[0] < '0' || st[0] > '9') {
+			e.Type = st
+		}
+	}
+	if e.Code == "" && len(o.Details) > 0 && o.Details[0] == '{' {
+		var d struct {
+			ErrorCode string `json:"error_code"`
+		}
+		if json.Unmarshal(o.Details, &d) == nil {
+			e.Code = d.ErrorCode
+		}
+	}
+	var md struct {
+		Raw          json.RawMessage `json:"raw"`
+		ProviderName string          `json:"provider_name"`
+	}
+	if len(o.Metadata) > 0 && o.Metadata[0] == '{' {
+		_ = json.Unmarshal(o.Metadata, &md)
+	}
+	if raw := rawCause(md.Raw); raw != "" {
+		name := md.ProviderName
+		if name != "" {
+			name += ": "
+		}
+		e.Message = strings.TrimSpace(e.Message + " (" + name + raw + ")")
 	}
 	return e
+}
+
+// rawCause is OpenRouter's metadata.raw as one line of text: a string's
+// value, else the JSON compacted; at most 2 KiB.
+func rawCause(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		var b bytes.Buffer
+		if json.Compact(&b, raw) != nil {
+			return ""
+		}
+		s = b.String()
+	}
+	return truncate(strings.TrimSpace(spaceRE.ReplaceAllString(s, " ")), 2<<10)
 }
 
 // jsonScalar is a JSON string's value, a number's text, "" for null.
@@ -76,6 +138,12 @@ func jsonScalar(raw json.RawMessage) string {
 // {"detail": "…"}, a one-element array of those; anything else is text (an
 // HTML page is its <title>).
 func ParseErrorBody(body []byte) APIError {
+	e := parseErrorBody(body)
+	e.Body = truncate(string(bytes.TrimSpace(body)), maxFailureBody)
+	return e
+}
+
+func parseErrorBody(body []byte) APIError {
 	body = bytes.TrimSpace(body)
 	if len(body) > 0 && body[0] == '[' {
 		var list []json.RawMessage

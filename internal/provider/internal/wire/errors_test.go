@@ -21,12 +21,21 @@ func TestParseErrorBody(t *testing.T) {
 		{`{"object":"error","message":"vllm says","type":"BadRequestError","param":null,"code":400}`, APIError{Type: "BadRequestError", Code: "400", Message: "vllm says"}},
 		{`{"error":"plain string"}`, APIError{Message: "plain string"}},
 		{`{"detail":"Not Found"}`, APIError{Message: "Not Found"}},
-		{`[{"error":{"code":503,"message":"unavailable","status":"UNAVAILABLE"}}]`, APIError{Code: "503", Message: "unavailable"}},
+		{`[{"error":{"code":503,"message":"unavailable","status":"UNAVAILABLE"}}]`, APIError{Type: "UNAVAILABLE", Code: "503", Message: "unavailable"}},
 		{"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>", APIError{Message: "502 Bad Gateway"}},
 		{"  upstream   connect error\n", APIError{Message: "upstream connect error"}},
 		{"", APIError{}},
+		{`{"type":"error","status":400,"error":{"type":"invalid_request_error","code":"previous_response_not_found","message":"gone"}}`,
+			APIError{Type: "invalid_request_error", Code: "previous_response_not_found", Message: "gone"}},
+		{`{"error":{"code":429,"message":"Provider returned error","metadata":{"raw":"upstream says slow down","provider_name":"Chutes"}}}`,
+			APIError{Code: "429", Message: "Provider returned error (Chutes: upstream says slow down)"}},
+		{`{"error":{"code":429,"message":"m","metadata":"odd"}}`, APIError{Code: "429", Message: "m"}},
+		{`{"error":{"code":429,"message":"m","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1s"}]}}`,
+			APIError{Type: "RESOURCE_EXHAUSTED", Code: "429", Message: "m"}},
 	} {
-		if got := ParseErrorBody([]byte(tc.body)); got != tc.want {
+		got := ParseErrorBody([]byte(tc.body))
+		got.Body = ""
+		if got != tc.want {
 			t.Errorf("ParseErrorBody(%s) = %+v, want %+v", tc.body, got, tc.want)
 		}
 	}
