@@ -124,7 +124,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"retry: {base_delay_ms: -5}", "base_delay_ms"},
 		{"retry: {fallback_revert_policy: sometimes}", "fallback_revert_policy"},
 		{"retry: {fallback_chains: {default: [openai/gpt-5]}}", "retry.fallback_chains.default[0]"},
-		{"providers: [{name: x, kind: bedrock}]", "providers[0].kind"},
+		{"providers: [{name: x, kind: watsonx}]", "providers[0].kind"},
 		{"providers: [{name: x, kind: anthropic}, {name: x, kind: anthropic}]", "providers[1].name"},
 		{"providers: [{name: Bad Name, kind: anthropic}]", "providers[0].name"},
 		{"providers: [{name: a, kind: anthropic, credentials: [{id: k, api_key_env: AGENTD_TEST_UNSET_VAR}]}]", "providers[0].credentials[0].api_key_env"},
