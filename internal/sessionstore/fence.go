@@ -105,7 +105,7 @@ end
 // orphanGuard ends the fenced scripts that write keys of a session: KEYS[3]
 // is its :meta, KEYS[4..] the keys written, ARGV[3] orphanTTL in ms. Keys
 // written while the session has no record (a write racing Remove, or after
-// it) get that TTL (as guardScript).
+// it) get that TTL.
 const orphanGuard = `
 if redis.call('HEXISTS', KEYS[3], 'record') == 0 then
   for i = 4, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end

@@ -28,8 +28,8 @@
 //
 // Only :lease and the tenants' :prompts expire, and the keys of a session
 // written while it has no record (racing its Remove, or after it): every
-// write of :history, :stripped, :run and :events is followed by a guard
-// that gives them orphanTTL then (guardScript). Events are written by a
+// write of :history, :stripped, :run and :events runs in a script that
+// gives them orphanTTL then (orphanGuard, in fence.go). Events are written by a
 // background writer in pipelined batches (AppendEvent never waits for
 // Redis); each replica holds one pub/sub connection carrying its control
 // channel and the notify channels of the sessions it follows.

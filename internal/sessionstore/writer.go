@@ -482,11 +482,6 @@ func (w *writer) dropSessionLocked(id, epoch string, err error) {
 	w.queue = kept
 }
 
-// isStaleID reports whether XADD refused an id not above the stream's top.
-func isStaleID(err error) bool {
-	return strings.Contains(err.Error(), "equal or smaller than the target stream top item")
-}
-
 // parseSeq parses a stream entry id "<seq>-0".
 func parseSeq(id string) (uint64, error) {
 	ms, _, _ := strings.Cut(id, "-")
