@@ -90,6 +90,9 @@ func recordOf(s *Session) Record {
 func (s *Session) mutableLocked() Mutable {
 	mu := Mutable{Model: s.model, Settings: s.settings, Spent: &Spend{}, Credentials: maps.Clone(s.sticky)}
 	*mu.Spent = s.spent
+	if s.warmModel != "" {
+		mu.Warm = &WarmCache{Model: s.warmModel, Account: s.warmAccount}
+	}
 	if fb := s.fallback; fb != nil {
 		mu.Fallback = &FallbackState{Role: fb.role, Original: fb.original, Pinned: fb.pinned}
 	}
@@ -101,6 +104,10 @@ func (s *Session) setMutableLocked(mu Mutable) {
 	s.spent, s.sticky = Spend{}, maps.Clone(mu.Credentials)
 	if mu.Spent != nil {
 		s.spent = *mu.Spent
+	}
+	s.warmModel, s.warmAccount = "", ""
+	if w := mu.Warm; w != nil {
+		s.warmModel, s.warmAccount = w.Model, w.Account
 	}
 	if fb := mu.Fallback; fb != nil {
 		s.fallback = &activeFallback{role: fb.Role, original: fb.Original, pinned: fb.Pinned}

@@ -190,3 +190,35 @@ func TestMemoryReplicasTakeOverKeepsPromptUsage(t *testing.T) {
 		stA.Reconnect()
 	})
 }
+
+// Where a session's prompt cache is travels with its record: a replica
+// that takes the session over knows whether a switch loses the cache.
+func TestMemoryReplicasWarmCacheTravels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := sessionstore.NewMemoryBackend(512)
+		stA := b.Replica("rep_a")
+		a := memReplica(t, stA, time.Second)
+		defer closeAll(t, a)
+		ctx := t.Context()
+		s, err := a.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sub, err := s.Prompt(ctx, "a prompt long enough to be cached")
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := until(t, sub, session.EventPromptEnd)
+		sub.Close()
+		if u := last(evs).Usage; u == nil || u.PromptTokens() == 0 {
+			t.Fatalf("prompt_end usage %+v: the call read no prompt", last(evs).Usage)
+		}
+		rec, ok, err := stA.Load(ctx, s.ID())
+		if err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		if w := rec.Warm; w == nil || w.Model != "sim/echo" {
+			t.Fatalf("stored warm cache = %+v, want sim/echo", w)
+		}
+	})
+}

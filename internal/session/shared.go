@@ -217,6 +217,16 @@ type Mutable struct {
 	// Credentials are the credentials the session keeps, by provider name
 	// (the one it used last: see Credentials.Pick).
 	Credentials map[string]string `json:"credentials,omitempty"`
+	// Warm is where the session's prompt cache is: the model and account
+	// of its last call that read or wrote a prompt ("": none yet), so that
+	// a replica taking the session over knows when a switch loses it.
+	Warm *WarmCache `json:"warm,omitempty"`
+}
+
+// WarmCache is the model and account holding a session's prompt cache.
+type WarmCache struct {
+	Model   string `json:"model"`
+	Account string `json:"account,omitempty"`
 }
 
 // FallbackState is a session's active model fallback.
