@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,36 @@ func TestAzureFakeWantsAPIVersion(t *testing.T) {
 	res, _ := streamT(t, c, request())
 	if f := res.Failure; f == nil || f.Status != 404 || !strings.Contains(res.Message.ErrorMessage, "Resource not found") {
 		t.Fatalf("result = %+v", res)
+	}
+}
+
+// Cancelling an Azure call after content aborts it and closes the
+// connection; a cut stream is an error, never a silent stop.
+func TestAzureCancelAndCut(t *testing.T) {
+	s := newServer(t, providertest.Options{})
+	s.Enqueue(providertest.Step{Kind: providertest.StepHang, After: 1},
+		providertest.Step{Kind: providertest.StepReset, After: 1})
+	c := newClient(t, Options{Azure: true, BaseURL: s.URL})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	rec := &providertest.Deltas{Hook: func(provider.Delta) { cancel() }}
+	res := c.Stream(ctx, request(), rec.On)
+	providertest.CheckNoSecret(t, res, secret)
+	if m := res.Message; m.StopReason != provider.StopAborted || m.Text() != "Hello" || res.Failure != nil {
+		t.Errorf("cancelled: %+v", res)
+	}
+	res, _ = streamT(t, c, request())
+	if m := res.Message; m.StopReason != provider.StopError || m.StopDetails != provider.DetailInterruptedAfterContent || res.Failure == nil {
+		t.Errorf("cut: %+v", res)
+	}
+	reqs, err := s.WaitRequests(testCtx(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reqs[0].ClientGone {
+		t.Errorf("the server did not observe the connection close")
+	}
+	for _, r := range reqs {
+		checkRequestHasNoSecret(t, r)
 	}
 }
