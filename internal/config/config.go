@@ -266,6 +266,9 @@ type Provider struct {
 	// Region (bedrock): the AWS region, e.g. "us-east-1"; empty: the
 	// standard AWS chain's (AWS_REGION, the shared config's profile).
 	Region string `yaml:"region"`
+	// APIVersion (azure-openai): the api-version of every request, e.g.
+	// "2024-10-21" (the default) or "2025-04-01-preview".
+	APIVersion string `yaml:"api_version"`
 }
 
 // PromptCacheOn reports whether the provider uses its prompt cache
@@ -585,6 +588,9 @@ func (c *Config) finishProviders() error {
 			return fmt.Errorf("config: %s.encrypted_reasoning: set encrypted_reasoning or chain_responses, not both", key)
 		case p.Region != "" && p.Kind != provider.KindBedrock:
 			return fmt.Errorf("config: %s.region: only a bedrock provider takes it", key)
+		}
+		if err := p.checkAzure(key); err != nil {
+			return err
 		}
 		for j := range p.Credentials {
 			cr := &p.Credentials[j]

@@ -205,7 +205,7 @@ func ValidateParams(kind string, p Params) error {
 		if p.MaxTokens > 0 && p.MaxTokens < 16 {
 			return paramErr("params.max_tokens", "must be at least 16 (OpenAI Responses)")
 		}
-	case KindOpenAIChat:
+	case KindOpenAIChat, KindAzureOpenAI:
 		if len(p.StopSequences) > maxChatStops {
 			return paramErr("params.stop_sequences", "at most %d (OpenAI Chat Completions)", maxChatStops)
 		}

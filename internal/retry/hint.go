@@ -31,7 +31,8 @@ const MaxHint = 7*24*time.Hour + time.Hour
 //     seconds (as the reference does).
 //  2. The message wording: "retry-after-ms=N" and "retry-after: N|date"
 //     echoed into the text, spoken durations after "try again in", "retry
-//     in", "retry after", "reset(s) in", "reset after", "available in" ("1.4s",
+//     in", "retry after" (Azure's "Please retry after 7 seconds"), "reset(s)
+//     in", "reset after", "available in" ("1.4s",
 //     "644ms", "~158 min", "3 hours", "18h31m10s", "1 day 2 hours and 5
 //     minutes"), "resets at <RFC 3339 time>", Gemini's "retryDelay": "7s",
 //     and "x-ratelimit-reset(-ms)=N" echoed into the text. A spoken duration

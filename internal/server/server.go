@@ -291,6 +291,9 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses,
 			EncryptedReasoning: pc.EncryptedReasoning, NoPromptCache: !pc.PromptCacheOn()}), nil
+	case provider.KindAzureOpenAI:
+		return openai.New(openai.Options{Azure: true, APIVersion: pc.APIVersion, BaseURL: pc.BaseURL, Timeout: timeout,
+			ReadTimeout: readTimeout, Headers: pc.Headers, AuthHeader: pc.AuthHeader}), nil
 	case provider.KindBedrock:
 		return bedrock.New(bedrock.Options{Region: pc.Region, Endpoint: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			MaxTokens: pc.MaxTokens}), nil

@@ -63,6 +63,8 @@ func genAISystem(kind string) string {
 		return "anthropic"
 	case provider.KindOpenAIResponses, provider.KindOpenAIChat:
 		return "openai"
+	case provider.KindAzureOpenAI:
+		return "az.ai.openai"
 	default:
 		return "agentd.simulated"
 	}

@@ -72,6 +72,12 @@ type Options struct {
 	// before api-version 2024-09-01-preview, some compatible servers); the
 	// result then has no usage unless the server sends it anyway.
 	ChatNoStreamOptions bool
+	// Azure speaks Azure OpenAI's Chat Completions on a resource's
+	// deployments (see azure.go); API is then APIChat whatever it says.
+	Azure bool
+	// APIVersion (Azure only) is the api-version query parameter; empty:
+	// DefaultAzureAPIVersion.
+	APIVersion string
 	// NoPromptCache leaves out prompt_cache_key. By default every request
 	// carries its session's id as prompt_cache_key, so that OpenAI routes a
 	// session's calls to the machines that hold its cached prefix.
@@ -103,6 +109,9 @@ func New(opts Options) *Client {
 	case provider.KindOpenAIChat:
 		api = APIChat
 	}
+	if opts.Azure {
+		api, opts = APIChat, azureOptions(opts)
+	}
 	if opts.AuthHeader == "" {
 		opts.AuthHeader = "Authorization"
 	}
@@ -118,6 +127,9 @@ func New(opts Options) *Client {
 		}
 	case APIChat:
 		c.url = endpoint(opts.BaseURL, "/chat/completions")
+		if opts.Azure {
+			c.url = azureURL(opts.BaseURL, azureDeploymentPlaceholder, opts.APIVersion)
+		}
 	}
 	return c
 }
@@ -144,7 +156,8 @@ func endpoint(base, path string) string {
 	return u.String()
 }
 
-// URL is the endpoint the client posts to ("" for an unknown API).
+// URL is the endpoint the client posts to ("" for an unknown API; with
+// Azure, "{deployment}" stands for the request's model).
 func (c *Client) URL() string { return c.url }
 
 // CloseIdleConnections closes the idle connections of the client's
@@ -180,7 +193,11 @@ func (c *Client) newRequest(req *provider.Request, body any) (*http.Request, err
 	if err != nil {
 		return nil, err
 	}
-	return wire.NewRequest(c.url, b, c.opts.AuthHeader, req.Credential.Secret, c.opts.Headers)
+	u := c.url
+	if c.opts.Azure {
+		u = azureURL(c.opts.BaseURL, req.Model, c.opts.APIVersion)
+	}
+	return wire.NewRequest(u, b, c.opts.AuthHeader, req.Credential.Secret, c.opts.Headers)
 }
 
 func jsonQuote(s string) string {

@@ -236,6 +236,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if kind == provider.KindGemini {
 		fields.Model = geminiModel(r.URL.Path)
 	}
+	deployment, azure := azureDeployment(r.URL.Path)
+	if azure {
+		fields.Model = deployment // Azure ignores the body's model
+	}
 
 	h.mu.Lock()
 	req := &Request{
@@ -248,6 +252,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key := requestKey(kind, r.Header)
 	var step Step
 	switch {
+	case azure && r.URL.Query().Get("api-version") == "":
+		step = RawError(http.StatusNotFound, AzureNoAPIVersion)
+	case azure && h.opts.APIKey != "" && key != h.opts.APIKey:
+		step = RawError(http.StatusUnauthorized, AzureBadKey)
 	case h.opts.APIKey != "" && key != h.opts.APIKey && kind == provider.KindGemini:
 		step = RawError(http.StatusBadRequest, GeminiInvalidAPIKey) // Gemini's answer to a bad key is a 400
 	case h.opts.APIKey != "" && key != h.opts.APIKey:
