@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/credstore"
@@ -21,7 +20,7 @@ import (
 // output.
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{})
-	goleak.VerifyTestMain(m)
+	redistest.VerifyTestMain(m)
 }
 
 type quiet struct{}

@@ -3,10 +3,10 @@ package server_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/agentd/agentd/internal/redistest"
 )
 
 // Every test must leave no goroutine behind: servers drain, streams end.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	redistest.VerifyTestMain(m)
 }

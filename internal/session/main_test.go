@@ -3,10 +3,10 @@ package session_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/agentd/agentd/internal/redistest"
 )
 
 // Every run ends: no prompt goroutine outlives its session manager.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	redistest.VerifyTestMain(m)
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
@@ -28,7 +27,7 @@ import (
 // No writer, listener or handler outlives its store, no client goroutine
 // its test.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	redistest.VerifyTestMain(m)
 }
 
 func newClient(t *testing.T, addr string, timeout time.Duration) redis.UniversalClient {
