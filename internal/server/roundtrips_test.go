@@ -8,8 +8,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
@@ -172,5 +175,63 @@ providers:
 	}
 	if n := len(fake.Requests()); n != 3 {
 		t.Fatalf("%d model calls, want 3", n)
+	}
+}
+
+// A replica whose session lease was taken mid-stream (here: overwritten,
+// as another replica's takeover after an expiry would leave it) writes
+// nothing more and ends its caller's stream with UNAVAILABLE naming the
+// seq to resume from; every event the caller got is in the stored log.
+func TestPromptStreamEndsWhenTheLeaseIsLost(t *testing.T) {
+	rs := redistest.Start(t)
+	ts := start(t, fmt.Sprintf(`store:
+  backend: redis
+  redis: {addr: %q, key_prefix: "rt:"}
+providers: [{name: sim, kind: simulated, token_delay_ms: 10}]
+`, rs.Addr()))
+	ctx := testCtx(t)
+	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "a long answer [[tokens: 3000]]"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*agentdv1.Event
+	for len(got) < 5 {
+		e, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	t.Cleanup(func() { rc.Close() })
+	if err := rc.Set(ctx, "rt:{"+sess.GetId()+"}:lease", "rep_other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e, err := stream.Recv()
+		if err == nil {
+			if e.GetPromptEnd() != nil {
+				t.Fatalf("a prompt_end after the lease was lost: %v", e)
+			}
+			got = append(got, e)
+			continue
+		}
+		st, _ := status.FromError(err)
+		if st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "session lease lost") ||
+			!strings.Contains(st.Message(), "resume after seq "+strconv.FormatUint(got[len(got)-1].GetSeq(), 10)) {
+			t.Fatalf("stream ended with %v, after seq %d", err, got[len(got)-1].GetSeq())
+		}
+		break
+	}
+	stored, err := rc.XRange(ctx, "rt:{"+sess.GetId()+"}:events", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) < len(got) || stored[len(got)-1].ID != strconv.FormatUint(got[len(got)-1].GetSeq(), 10)+"-0" {
+		t.Fatalf("the caller got %d events up to seq %d; the stored log has %d", len(got), got[len(got)-1].GetSeq(), len(stored))
 	}
 }
