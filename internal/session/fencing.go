@@ -110,11 +110,3 @@ func (s *Session) endFencedLocked() {
 	s.log.unfence()
 	s.kickMirrorLocked()
 }
-
-// leftFenced ends the run of a fenced prompt: the store forgets its lease
-// and queued events (Release drops the lease too when it is still this
-// replica's: a stream that lost events), so that the janitor of any replica
-// takes the prompt over.
-func (s *Session) leftFenced() {
-	s.releaseLease()
-}

@@ -524,8 +524,11 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	s.mu.Lock()
 	if s.fenced {
 		// Another replica ends or resumes the prompt from the stored log.
+		// The store forgets its lease and queued events (Release drops the
+		// lease too while it is still this replica's: a stream that lost
+		// events), so that any replica's janitor takes the prompt over.
 		s.mu.Unlock()
-		s.leftFenced()
+		s.releaseLease()
 		s.mu.Lock()
 		s.endFencedLocked()
 		close(s.runDone)

@@ -192,6 +192,12 @@ func (r *Redis) fencedKeys(id string, kinds ...string) []string {
 // then args.
 func (r *Redis) fencedArgs(id string, args ...any) []any {
 	replica, epoch := r.fences.of(r.id, id)
+	return fenceArgv(replica, epoch, args...)
+}
+
+// fenceArgv are a fenced script's arguments under the fence replica,
+// epoch ("", "": unfenced), then args.
+func fenceArgv(replica, epoch string, args ...any) []any {
 	return append([]any{replica, epoch, orphanTTL.Milliseconds()}, args...)
 }
 

@@ -361,7 +361,7 @@ func (w *writer) write(batch []item) (retry []item) {
 	var encodeErr map[string]error
 	_ = r.pipeScripts(ctx, func(pipe redis.Pipeliner, call scriptRunner) {
 		for _, ru := range runs {
-			args := []any{ru.items[0].replica, ru.items[0].epoch, orphanTTL.Milliseconds(), int64(r.o.EventBuffer)}
+			args := fenceArgv(ru.items[0].replica, ru.items[0].epoch, int64(r.o.EventBuffer))
 			for _, it := range ru.items {
 				data, err := json.Marshal(it.e)
 				if err != nil {
