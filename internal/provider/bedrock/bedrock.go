@@ -1,6 +1,7 @@
 package bedrock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -355,6 +356,22 @@ func (c *callState) errorText(err error) string {
 type doer struct{ c *http.Client }
 
 func (d doer) Do(r *http.Request) (*http.Response, error) {
+	// smithy-go closes the request body as soon as Do returns, while the
+	// transport's writer may still be reading it (the read that checks
+	// for bytes past Content-Length): that read then fails and the
+	// transport closes the connection under the streaming answer. A body
+	// of the call's own, read from memory, is never cut.
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		r = r.Clone(r.Context())
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		r.ContentLength = int64(len(body))
+	}
 	resp, err := d.c.Do(r)
 	if err != nil {
 		return nil, err
