@@ -50,9 +50,12 @@ func TestAllocationsPerPromptAndChunk(t *testing.T) {
 	long := testing.AllocsPerRun(200, run(110))
 	perChunk := (long - short) / 100
 	t.Logf("allocations: %.0f a session and prompt of 10 chunks, %.1f a chunk", short, perChunk)
-	// Measured: 62 a session and prompt (76 with -race), 1.1 a chunk, of
-	// which 1 is the simulated provider's own word.
-	const maxPerPrompt, maxPerChunk = 90, 1.5
+	// Measured: 85 a session and prompt (97 with -race), 1.1 a chunk, of
+	// which 1 is the simulated provider's own word. Of the prompt's, about
+	// 20 are the store's part since local mode runs on a MemoryStore like
+	// any other (its record, run, lease renewal and stored events; 66
+	// before).
+	const maxPerPrompt, maxPerChunk = 110, 1.5
 	if short > maxPerPrompt {
 		t.Errorf("%.0f allocations a prompt, want at most %d", short, maxPerPrompt)
 	}

@@ -1,9 +1,10 @@
 package session
 
-// RunningPrompts is the prompts of tenant this manager counts as running
-// (without a shared store).
+// RunningPrompts is the prompts of tenant that the store of a manager on
+// its own MemoryStore counts as running.
 func RunningPrompts(m *Manager, tenant string) int {
-	m.prompts.mu.Lock()
-	defer m.prompts.mu.Unlock()
-	return m.prompts.n[tenant]
+	b := m.opts.Shared.(*MemoryReplica).b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.liveSlotsLocked(tenant)
 }

@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/agentd/agentd/internal/provider"
@@ -30,8 +29,8 @@ type ModelChange struct {
 // RoleModelChange is the role of a model_change history entry.
 const RoleModelChange = "model_change"
 
-// History persists sessions' histories. The memory implementation is the
-// default; a shared store (Redis) implements the same interface.
+// History persists sessions' histories: a part of every Shared store
+// (MemoryStore, Redis).
 type History interface {
 	// Append stores e at the end of the session's history and returns its index.
 	Append(ctx context.Context, sessionID string, e Entry) (int64, error)
@@ -39,46 +38,4 @@ type History interface {
 	List(ctx context.Context, sessionID string, offset, limit int) ([]Entry, int, error)
 	// Delete drops the session's history.
 	Delete(ctx context.Context, sessionID string) error
-}
-
-// MemoryHistory keeps histories in process memory.
-type MemoryHistory struct {
-	mu      sync.RWMutex
-	entries map[string][]Entry
-}
-
-var _ History = (*MemoryHistory)(nil)
-
-// NewMemoryHistory returns an empty in-memory history store.
-func NewMemoryHistory() *MemoryHistory {
-	return &MemoryHistory{entries: map[string][]Entry{}}
-}
-
-// Append implements History.
-func (h *MemoryHistory) Append(_ context.Context, sessionID string, e Entry) (int64, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e.Index = int64(len(h.entries[sessionID]))
-	h.entries[sessionID] = append(h.entries[sessionID], e)
-	return e.Index, nil
-}
-
-// List implements History.
-func (h *MemoryHistory) List(_ context.Context, sessionID string, offset, limit int) ([]Entry, int, error) {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	all := h.entries[sessionID]
-	if offset >= len(all) {
-		return nil, len(all), nil
-	}
-	end := min(len(all), offset+limit)
-	return append([]Entry(nil), all[offset:end]...), len(all), nil
-}
-
-// Delete implements History.
-func (h *MemoryHistory) Delete(_ context.Context, sessionID string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.entries, sessionID)
-	return nil
 }

@@ -2,7 +2,6 @@ package session
 
 import (
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -108,45 +107,3 @@ func (l Limits) checkRetryCaps(o RetryOverrides) error {
 	return nil
 }
 
-// tenantCounts counts what each tenant holds in this process (without a
-// shared store): its sessions, its running prompts.
-type tenantCounts struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// take counts one more for tenant unless it has max already; it returns
-// the count.
-func (c *tenantCounts) take(tenant string, max int) (int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.n[tenant]
-	if n >= max {
-		return n, false
-	}
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[tenant] = n + 1
-	return n + 1, true
-}
-
-// put counts one less for tenant.
-func (c *tenantCounts) put(tenant string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n[tenant] <= 1 {
-		delete(c.n, tenant)
-		return
-	}
-	c.n[tenant]--
-}
-
-// takePrompt counts a prompt starting in this process among its tenant's
-// (without a shared store: the store counts them otherwise).
-func (m *Manager) takePrompt(tenant string) error {
-	if n, ok := m.prompts.take(tenant, m.opts.Limits.MaxConcurrentPromptsPerTenant); !ok {
-		return promptsLimitError(n)
-	}
-	return nil
-}

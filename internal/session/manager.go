@@ -6,7 +6,6 @@
 package session
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -139,9 +138,11 @@ type CredentialSwitch struct {
 type Options struct {
 	Providers []Provider
 	Retry     retry.Settings // server defaults
-	History   History        // nil: in memory (ignored with Shared)
-	// Shared lets several replicas serve the same sessions (nil: this
-	// process alone). It stores the histories too.
+	// Shared is the store of sessions, their histories and event logs:
+	// Redis lets several replicas serve the same sessions; nil is a
+	// MemoryStore of this process alone. Either way a session runs the
+	// same engine (leases, fenced writes, a gated event log), so local
+	// mode is no second code path.
 	Shared Shared
 	// LeaseTTL is the lease a replica holds on a session while it runs a
 	// prompt (0: DefaultLeaseTTL); a lost replica's prompts are taken over
@@ -157,7 +158,10 @@ type Options struct {
 	FallbackCooldown time.Duration
 	EventBuffer      int // events kept per session for resume
 	MaxPromptBytes   int
-	MaxSessions      int // 0: unbounded
+	// MaxSessions bounds the sessions of a Manager on its own MemoryStore
+	// (0: unbounded; ignored with a store shared by replicas, where
+	// limits.max_sessions_per_tenant bounds each tenant across them).
+	MaxSessions int
 	// Limits bound each tenant and each session (zero fields: their
 	// DefaultLimits).
 	Limits Limits
@@ -191,28 +195,26 @@ type Manager struct {
 	runs    sync.WaitGroup
 	bg      sync.WaitGroup // pulls, the janitor and the mirrors' poller (shared store)
 
+	// ownStore: the store is this process's own (Options.Shared nil), so
+	// nothing outlives the process: a shutdown hands no retry over, and
+	// the registry keeps every session (it is the only copy's index).
+	ownStore bool
+
 	mu       sync.RWMutex
 	sessions map[string]*Session
 	followed map[*Session]struct{} // copies following the stored log (startMirror)
-	created  uint64
+	creating int                   // ownStore: Creates past the MaxSessions check, not registered yet
 	closed   bool
-
-	// Without a shared store: each tenant's sessions (under mu) and running
-	// prompts (the store counts them otherwise).
-	tenantSessions tenantCounts
-	prompts        tenantCounts
 }
 
 // NewManager returns a Manager. Close it to stop every session.
 func NewManager(opts Options) *Manager {
-	if opts.Shared != nil {
-		opts.History = opts.Shared
-	}
-	if opts.History == nil {
-		opts.History = NewMemoryHistory()
-	}
 	if opts.EventBuffer <= 0 {
-		opts.EventBuffer = 4096
+		opts.EventBuffer = DefaultEventBuffer
+	}
+	local := opts.Shared == nil
+	if local {
+		opts.Shared = NewMemoryStore(opts.EventBuffer).Replica("")
 	}
 	if opts.MaxPromptBytes <= 0 {
 		opts.MaxPromptBytes = 1 << 20
@@ -233,7 +235,7 @@ func NewManager(opts Options) *Manager {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	m := &Manager{opts: opts, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
+	m := &Manager{opts: opts, ownStore: local, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
 		followed: map[*Session]struct{}{}}
 	if opts.Tracer != nil {
 		// Log lines about a session carry its running prompt's trace id.
@@ -243,9 +245,7 @@ func NewManager(opts Options) *Manager {
 		m.providers[p.Name] = p
 	}
 	m.baseCtx, m.stop = context.WithCancel(context.Background())
-	if opts.Shared != nil {
-		m.startShared()
-	}
+	m.startShared()
 	return m
 }
 
@@ -319,41 +319,49 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 		primary: p.Model, model: p.Model, settings: settings,
 		log: m.newLog(id),
 	}
-	if sh := m.opts.Shared; sh != nil {
-		m.mu.RLock()
-		closed := m.closed
-		m.mu.RUnlock()
-		if closed {
-			return nil, ErrClosed
-		}
-		// The tenant's sessions are counted, and this one added, in one
-		// step of the store: the bound holds across replicas.
-		res, err := sh.Create(ctx, recordOf(s), lim.MaxSessionsPerTenant)
-		if err != nil {
-			return nil, unavailable("store the session", err)
-		}
-		if !res.Created {
-			return nil, sessionsLimitError(res.Sessions)
-		}
-		s.order = res.Order
+	if err := m.reserve(); err != nil {
+		return nil, err
 	}
+	// The tenant's sessions are counted, and this one added, in one step
+	// of the store: the bound holds across replicas.
+	res, err := m.opts.Shared.Create(ctx, recordOf(s), lim.MaxSessionsPerTenant)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
+	if m.ownStore {
+		m.creating--
 	}
-	if m.opts.Shared == nil {
-		if m.opts.MaxSessions > 0 && len(m.sessions) >= m.opts.MaxSessions {
-			return nil, fmt.Errorf("%w: at most %d sessions", ErrLimit, m.opts.MaxSessions)
-		}
-		if n, ok := m.tenantSessions.take(tenant, lim.MaxSessionsPerTenant); !ok {
-			return nil, sessionsLimitError(n)
-		}
-		m.created++
-		s.order = m.created
+	if err != nil {
+		return nil, unavailable("store the session", err)
+	}
+	if !res.Created {
+		return nil, sessionsLimitError(res.Sessions)
+	}
+	s.order = res.Order
+	if m.closed {
+		// Stored, but the manager is gone: the store keeps it for the
+		// replicas (a MemoryStore goes with the process).
+		return nil, ErrClosed
 	}
 	m.sessions[id] = s
 	return s, nil
+}
+
+// reserve admits one more Create: ErrClosed once the manager is closed,
+// ErrLimit past MaxSessions on a store of this process's own (whose
+// registry holds every session), counted until Create registers it.
+func (m *Manager) reserve() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if m.ownStore {
+		if max := m.opts.MaxSessions; max > 0 && len(m.sessions)+m.creating >= max {
+			return fmt.Errorf("%w: at most %d sessions", ErrLimit, max)
+		}
+		m.creating++
+	}
+	return nil
 }
 
 // checkModel validates a provider/model reference.
@@ -455,28 +463,19 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (*Session, error) 
 	if !sessionIDRe.MatchString(id) {
 		return nil, invalid("session_id", "%q is not a session id", id)
 	}
-	if m.opts.Shared != nil {
-		return m.lookupShared(ctx, tenant, id)
-	}
-	m.mu.RLock()
-	s, ok := m.sessions[id]
-	m.mu.RUnlock()
-	if !ok || s.tenant != tenant {
-		// Another tenant's session does not exist for this one.
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	return s, nil
+	return m.lookupShared(ctx, tenant, id)
 }
 
-// Shared reports whether sessions live in a shared store (Options.Shared).
-func (m *Manager) Shared() bool { return m.opts.Shared != nil }
+// Shared reports whether sessions live in a store shared with other
+// replicas (Options.Shared set), not in this process's own.
+func (m *Manager) Shared() bool { return !m.ownStore }
 
-// GetToPrompt is Get for a prompt: with a shared store, this replica's copy
+// GetToPrompt is Get for a prompt: this replica's copy
 // of the session serves as it is, without a read of the store, since the
 // prompt's start (Session.Prompt) reads the record anyway and reports a
 // session deleted meanwhile as not found.
 func (m *Manager) GetToPrompt(ctx context.Context, tenant, id string) (*Session, error) {
-	if m.opts.Shared != nil && sessionIDRe.MatchString(id) {
+	if sessionIDRe.MatchString(id) {
 		m.mu.RLock()
 		s, ok := m.sessions[id]
 		m.mu.RUnlock()
@@ -498,36 +497,20 @@ func (m *Manager) List(ctx context.Context, tenant string, limit int, pageToken 
 		}
 		after = n
 	}
-	if sh := m.opts.Shared; sh != nil {
-		recs, err := sh.ListRecords(ctx, tenant, after, limit+1)
-		if err != nil {
-			return nil, "", unavailable("list sessions", err)
-		}
-		next := ""
-		if len(recs) > limit {
-			recs = recs[:limit]
-			next = "o" + strconv.FormatUint(recs[len(recs)-1].Order, 10)
-		}
-		out := make([]*Session, 0, len(recs))
-		for _, r := range recs {
-			out = append(out, m.adopt(r))
-		}
-		return out, next, nil
+	recs, err := m.opts.Shared.ListRecords(ctx, tenant, after, limit+1)
+	if err != nil {
+		return nil, "", unavailable("list sessions", err)
 	}
-	m.mu.RLock()
-	var out []*Session
-	for _, s := range m.sessions {
-		if s.tenant == tenant && s.order > after {
-			out = append(out, s)
-		}
+	next := ""
+	if len(recs) > limit {
+		recs = recs[:limit]
+		next = "o" + strconv.FormatUint(recs[len(recs)-1].Order, 10)
 	}
-	m.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *Session) int { return cmp.Compare(a.order, b.order) })
-	if len(out) > limit {
-		out = out[:limit]
-		return out, "o" + strconv.FormatUint(out[len(out)-1].order, 10), nil
+	out := make([]*Session, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, m.adopt(r))
 	}
-	return out, "", nil
+	return out, next, nil
 }
 
 // Delete aborts what tenant's session id runs, then removes it.
@@ -565,9 +548,6 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	}
 	m.mu.Lock()
 	delete(m.sessions, id)
-	if m.opts.Shared == nil {
-		m.tenantSessions.put(tenant)
-	}
 	m.mu.Unlock()
 	s.log.close()
 	for _, p := range m.providers {
@@ -575,14 +555,8 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 			f.Forget(id)
 		}
 	}
-	if sh := m.opts.Shared; sh != nil {
-		if err := sh.Remove(context.WithoutCancel(ctx), id, tenant); err != nil {
-			return unavailable("remove the session", err)
-		}
-		return waitErr
-	}
-	if err := m.opts.History.Delete(context.WithoutCancel(ctx), id); err != nil {
-		return err
+	if err := m.opts.Shared.Remove(context.WithoutCancel(ctx), id, tenant); err != nil {
+		return unavailable("remove the session", err)
 	}
 	return waitErr
 }

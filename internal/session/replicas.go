@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/agentd/agentd/internal/provider"
@@ -58,11 +59,11 @@ func (m *Manager) leaseTTL() time.Duration {
 	return DefaultLeaseTTL
 }
 
-// newLog is a session's event log: gated with a shared store (it delivers
-// only what the store holds).
+// newLog is a session's event log, gated: it delivers only what the store
+// holds.
 func (m *Manager) newLog(id string) *eventLog {
 	l := newEventLog(id, m.opts.EventBuffer, m.opts.Now, m.opts.Observer.SubscriberDropped)
-	l.gated = m.opts.Shared != nil
+	l.gated = true
 	return l
 }
 
@@ -168,6 +169,11 @@ const idleCopy = 10 * time.Minute
 // evictIdle drops the copies of sessions that run nothing here, have no
 // readers here and were not used for idleCopy.
 func (m *Manager) evictIdle() {
+	if m.ownStore {
+		// The registry is the index of every session here: nothing to
+		// reload a dropped copy from would be cheaper than keeping it.
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, s := range m.sessions {
@@ -306,9 +312,6 @@ func (s *Session) Snapshot(ctx context.Context) (State, error) {
 		return State{}, err
 	}
 	st := s.State()
-	if s.m.opts.Shared == nil {
-		return st, nil
-	}
 	s.mu.Lock()
 	st.LastSeq = max(st.LastSeq, s.storedSeq)
 	s.mu.Unlock()
@@ -513,60 +516,83 @@ func (s *Session) applyLocked(ctx context.Context, rec Record) error {
 }
 
 // keepLease renews the lease, and the prompt's slot among its tenant's,
-// while the run lasts; stop ends it. A lease lost to another replica aborts
-// the run.
+// while the run lasts; stop ends it (and waits for a renewal under way). A
+// lease lost to another replica aborts the run. Renewals run on a timer's
+// goroutine, so a prompt shorter than a third of the lease costs no
+// goroutine of its own.
 func (s *Session) keepLease(promptID string) (stop func()) {
-	sh := s.m.opts.Shared
-	if sh == nil {
-		return func() {}
+	k := &leaseKeeper{s: s, slot: s.slot(promptID), ttl: s.m.leaseTTL(), renewed: time.Now()}
+	k.mu.Lock()
+	k.t = time.AfterFunc(k.ttl/3, k.renew)
+	k.mu.Unlock()
+	return k.stop
+}
+
+// leaseKeeper is keepLease's renewal timer.
+type leaseKeeper struct {
+	s       *Session
+	slot    PromptSlot
+	ttl     time.Duration
+	renewed time.Time // the last renewal (only renew touches it)
+
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	running sync.WaitGroup
+}
+
+func (k *leaseKeeper) renew() {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return
 	}
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		ttl := s.m.leaseTTL()
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		renewed := time.Now()
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
-			ok, err := sh.Renew(ctx, s.id, ttl, s.slot(promptID))
-			cancel()
-			switch {
-			case err != nil && time.Since(renewed) < ttl:
-				s.m.log.Warn("session lease not renewed", "session", s.id, "err", err)
-			case err != nil:
-				// Cut off from the store for a whole lease: another replica
-				// takes the prompt over, so this one stops it.
-				s.mu.Lock()
-				s.fenceLocked(0, fmt.Errorf("the lease expired while the store was unreachable: %w", err))
-				s.mu.Unlock()
-				return
-			case ok:
-				renewed = time.Now()
-			case !ok:
-				s.mu.Lock()
-				s.fenceLocked(0, ErrFenced)
-				s.mu.Unlock()
-				return
-			}
-		}
-	}()
-	return func() { close(quit); <-done }
+	k.running.Add(1)
+	k.mu.Unlock()
+	defer k.running.Done()
+	s := k.s
+	ctx, cancel := context.WithTimeout(context.Background(), k.ttl/3)
+	ok, err := s.m.opts.Shared.Renew(ctx, s.id, k.ttl, k.slot)
+	cancel()
+	switch {
+	case err != nil && time.Since(k.renewed) < k.ttl:
+		s.m.log.Warn("session lease not renewed", "session", s.id, "err", err)
+	case err != nil:
+		// Cut off from the store for a whole lease: another replica takes
+		// the prompt over, so this one stops it.
+		s.mu.Lock()
+		s.fenceLocked(0, fmt.Errorf("the lease expired while the store was unreachable: %w", err))
+		s.mu.Unlock()
+		return
+	case ok:
+		k.renewed = time.Now()
+	default:
+		s.mu.Lock()
+		s.fenceLocked(0, ErrFenced)
+		s.mu.Unlock()
+		return
+	}
+	k.mu.Lock()
+	if !k.stopped {
+		k.t.Reset(k.ttl / 3)
+	}
+	k.mu.Unlock()
+}
+
+func (k *leaseKeeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	k.mu.Unlock()
+	k.running.Wait()
 }
 
 // finishSharedLocked writes the session back, marks the run as ending and
 // frees the prompt's slot, before prompt_end goes out: a replica sent a
 // prompt by a client that saw prompt_end waits for the lease instead of
 // refusing it, and the tenant's count no longer has this prompt.
-func (s *Session) finishSharedLocked(promptID, outcome, errText string) {
+func (s *Session) finishSharedLocked(ctx context.Context, promptID, outcome, errText string) {
 	sh := s.m.opts.Shared
-	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
-	defer cancel()
 	if err := sh.Finish(ctx, s.id, s.mutableLocked(), Run{PromptID: promptID, Replica: sh.ReplicaID(), Ending: true,
 		Outcome: outcome, Error: errText}, s.slot(promptID)); err != nil {
 		s.m.log.Error("session not saved, or its run not marked as ending", "session", s.id, "err", err)
@@ -592,9 +618,7 @@ func (s *Session) abandonRun(promptID string) {
 
 // releaseAfterFlush stores the run's last events, then ends the run record
 // and drops the lease (and the slot, should Finish have missed it).
-func (s *Session) releaseAfterFlush(promptID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
-	defer cancel()
+func (s *Session) releaseAfterFlush(ctx context.Context, promptID string) {
 	if err := s.m.opts.Shared.Flush(ctx, s.id); err != nil {
 		// Its prompt_end may never be stored: the run stays (ending), for
 		// the replica that takes it over to store it.
@@ -1152,7 +1176,7 @@ func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, res
 // handOffLocked stops a run waiting in backoff so that another replica
 // resumes it (a replica shutting down). It reports whether it did.
 func (s *Session) handOffLocked() bool {
-	if s.m.opts.Shared == nil || !s.running || s.sleepCancel == nil || s.ending {
+	if s.m.ownStore || !s.running || s.sleepCancel == nil || s.ending {
 		return false
 	}
 	s.handoff = true

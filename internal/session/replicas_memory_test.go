@@ -10,7 +10,6 @@ import (
 	"github.com/agentd/agentd/internal/provider/sim"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
-	"github.com/agentd/agentd/internal/sessionstore"
 )
 
 // Replica behaviour on the in-memory shared store, under testing/synctest:
@@ -46,7 +45,7 @@ func closeAll(t *testing.T, ms ...*session.Manager) {
 // retry at its due time, exactly once; the log is one.
 func TestMemoryReplicasTakeOverRetryOnTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := sessionstore.NewMemoryBackend(512)
+		b := session.NewMemoryStore(512)
 		stA, stB := b.Replica("rep_a"), b.Replica("rep_b")
 		const lease = 2 * time.Second
 		a, bm := memReplica(t, stA, lease), memReplica(t, stB, lease)
@@ -95,7 +94,7 @@ func TestMemoryReplicasTakeOverRetryOnTime(t *testing.T) {
 // other is refused as busy; after prompt_end either takes the next one.
 func TestMemoryReplicasOnePromptAtATime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := sessionstore.NewMemoryBackend(512)
+		b := session.NewMemoryStore(512)
 		a, bm := memReplica(t, b.Replica("rep_a"), time.Second), memReplica(t, b.Replica("rep_b"), time.Second)
 		defer closeAll(t, a, bm)
 		ctx := t.Context()
@@ -146,7 +145,7 @@ func untilWithin(t *testing.T, sub *session.Subscription, typ string, d time.Dur
 // counts both replicas' calls (what every message_end of the prompt says).
 func TestMemoryReplicasTakeOverKeepsPromptUsage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := sessionstore.NewMemoryBackend(512)
+		b := session.NewMemoryStore(512)
 		stA, stB := b.Replica("rep_a"), b.Replica("rep_b")
 		const lease = 2 * time.Second
 		a, bm := memReplica(t, stA, lease), memReplica(t, stB, lease)
@@ -195,7 +194,7 @@ func TestMemoryReplicasTakeOverKeepsPromptUsage(t *testing.T) {
 // that takes the session over knows whether a switch loses the cache.
 func TestMemoryReplicasWarmCacheTravels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := sessionstore.NewMemoryBackend(512)
+		b := session.NewMemoryStore(512)
 		stA := b.Replica("rep_a")
 		a := memReplica(t, stA, time.Second)
 		defer closeAll(t, a)

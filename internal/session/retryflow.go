@@ -290,12 +290,10 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	if reasoningFix {
 		s.recoverReasoningLocked(v.Stale, target)
 	}
-	if s.m.opts.Shared != nil {
-		// Durable before it is announced: another replica resumes this
-		// retry at its due time if this one is lost meanwhile.
-		s.persistRetryLocked(Run{PromptID: promptID, Attempt: attempt, Due: s.m.opts.Now().Add(plan.Delay),
-			Class: string(v.Class), DelaySource: string(plan.Source), Credential: s.credential.ID, Calls: calls}, stripped)
-	}
+	// Durable before it is announced: another replica resumes this retry
+	// at its due time if this one is lost meanwhile.
+	s.persistRetryLocked(Run{PromptID: promptID, Attempt: attempt, Due: s.m.opts.Now().Add(plan.Delay),
+		Class: string(v.Class), DelaySource: string(plan.Source), Credential: s.credential.ID, Calls: calls}, stripped)
 	// 10. auto_retry_start.
 	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries + free,
 		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: v.EventClass()})
@@ -364,10 +362,8 @@ func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, atte
 	if gen != s.generation || ctx.Err() != nil {
 		return false, errMsg, stopNone
 	}
-	if s.m.opts.Shared != nil {
-		// Out of backoff: a replica taking over from now on ends the prompt.
-		s.saveRunLocked(Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls})
-	}
+	// Out of backoff: a replica taking over from now on ends the prompt.
+	s.saveRunLocked(Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls})
 	return true, "", stopNone
 }
 

@@ -180,9 +180,6 @@ func (s *Session) State() State {
 // Subscribe returns a reader of the session's events after seq after. With
 // a shared store the events come from whichever replica runs the session.
 func (s *Session) Subscribe(ctx context.Context, after uint64) (*Subscription, error) {
-	if s.m.opts.Shared == nil {
-		return s.log.subscribe(after)
-	}
 	return s.subscribeShared(ctx, after)
 }
 
@@ -191,16 +188,12 @@ func (s *Session) Subscribers() int { return s.log.subscribers() }
 
 // Messages returns up to limit entries of the persisted history from offset.
 func (s *Session) Messages(ctx context.Context, offset, limit int) ([]Entry, int, error) {
-	return s.m.opts.History.List(ctx, s.id, offset, limit)
+	return s.m.opts.Shared.List(ctx, s.id, offset, limit)
 }
 
 // SetAutoRetry writes the session's retry.enabled.
 func (s *Session) SetAutoRetry(ctx context.Context, enabled bool) error {
-	if s.m.opts.Shared != nil {
-		return s.setAutoRetryShared(ctx, enabled)
-	}
-	s.setAutoRetry(enabled)
-	return nil
+	return s.setAutoRetryShared(ctx, enabled)
 }
 
 func (s *Session) setAutoRetry(enabled bool) {
@@ -386,36 +379,16 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 			s.m.runs.Done()
 		}
 	}()
-	if s.m.opts.Shared == nil {
-		// The prompt counts among its tenant's until its prompt_end (with a
-		// shared store, Start counts it in the store).
-		if err := s.m.takePrompt(s.tenant); err != nil {
-			return "", nil, err
-		}
-		defer func() {
-			if !started {
-				s.m.prompts.put(s.tenant)
-			}
-		}()
-	}
 	promptID := newID("prm_")
 	user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
-	if s.m.opts.Shared != nil {
-		// The user message is stored with the lease, in one round trip.
-		if err := s.acquireLocked(ctx, promptID, user); err != nil {
-			return "", nil, err
-		}
+	// The lease, the prompt's place among its tenant's (until its
+	// prompt_end) and the user message are taken in one step of the store.
+	if err := s.acquireLocked(ctx, promptID, user); err != nil {
+		return "", nil, err
 	}
 	sub, err := s.log.subscribe(s.log.lastSeq())
-	if err == nil && s.m.opts.Shared == nil {
-		if err = s.appendContextLocked(ctx, promptID, user); err != nil {
-			sub.Close()
-		}
-	}
 	if err != nil {
-		if s.m.opts.Shared != nil {
-			s.abandonRun(promptID)
-		}
+		s.abandonRun(promptID)
 		return "", nil, err
 	}
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
@@ -440,13 +413,10 @@ func (s *Session) persistLocked(ctx context.Context, promptID string, msg provid
 // persistEntryLocked appends e to the persisted history and returns its
 // index.
 func (s *Session) persistEntryLocked(ctx context.Context, e Entry) (int64, error) {
-	idx, err := s.m.opts.History.Append(context.WithoutCancel(ctx), s.id, e)
+	idx, err := s.m.opts.Shared.Append(context.WithoutCancel(ctx), s.id, e)
 	if err != nil {
-		if s.m.opts.Shared != nil {
-			s.fenceOnLocked(err)
-			err = unavailable("persist history", err)
-		}
-		return 0, fmt.Errorf("persist history: %w", err)
+		s.fenceOnLocked(err)
+		return 0, fmt.Errorf("persist history: %w", unavailable("persist history", err))
 	}
 	s.entries++
 	return idx, nil
@@ -559,34 +529,28 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	// Every exit path resolves the gate.
 	s.gateOpen, s.retryAborted, s.sleepCancel, s.chainStop = false, false, nil, stopNone
 	s.retryAttempt = 0
-	shared := s.m.opts.Shared != nil
-	if shared {
-		// Frees the prompt's place among its tenant's too.
-		s.finishSharedLocked(promptID, outcome, errText)
-	} else {
-		// Before prompt_end: a client that saw it may start another.
-		s.m.prompts.put(s.tenant)
-	}
+	// The ending's writes (Finish, then Flush and EndRun) share one bound.
+	ectx, cancelEnd := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancelEnd()
+	// Frees the prompt's place among its tenant's too, before prompt_end:
+	// a client that saw it may start another.
+	s.finishSharedLocked(ectx, promptID, outcome, errText)
 	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText,
 		Usage: usagePtr(s.runSpent.Usage), CostUSD: s.runSpent.Cost(),
 		RetryUsage: usagePtr(s.runWasted.Usage), RetryCostUSD: s.runWasted.Cost()})
 	s.endPromptSpan(span, outcome, errText, s.runSpent, s.runWasted)
 	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
-	if shared {
-		s.ending = true
-		s.mu.Unlock()
-		s.releaseAfterFlush(promptID)
-		s.mu.Lock()
-		s.ending = false
-	}
+	s.ending = true
+	s.mu.Unlock()
+	s.releaseAfterFlush(ectx, promptID)
+	s.mu.Lock()
+	s.ending = false
 	if s.fenced {
 		// Lost while its last events were being stored.
 		s.endFencedLocked()
 	}
 	s.running, s.cancelRun, s.promptID = false, nil, ""
-	if shared {
-		s.kickMirrorLocked()
-	}
+	s.kickMirrorLocked()
 	close(s.runDone)
 	s.mu.Unlock()
 }

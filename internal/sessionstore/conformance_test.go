@@ -22,7 +22,7 @@ type replicaFactory func(t *testing.T) session.Shared
 
 func forEachStore(t *testing.T, test func(t *testing.T, replica replicaFactory)) {
 	t.Run("memory", func(t *testing.T) {
-		b := NewMemoryBackend(64)
+		b := session.NewMemoryStore(64)
 		test(t, func(t *testing.T) session.Shared { return b.Replica("") })
 	})
 	t.Run("redis", func(t *testing.T) {

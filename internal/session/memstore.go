@@ -1,4 +1,4 @@
-package sessionstore
+package session
 
 import (
 	"context"
@@ -9,11 +9,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/agentd/agentd/internal/session"
 )
 
-// MemoryBackend is an in-process session store shared by the replicas made
+// DefaultEventBuffer is the events a session's log keeps, in memory and in
+// a MemoryStore, when Options.EventBuffer is not set.
+const DefaultEventBuffer = 4096
+
+// MemoryStore is an in-process session store shared by the replicas made
 // from it (Replica): the same records, histories, event logs, leases with
 // their epochs (fenced exactly as in Redis), runs, prompt slots and control
 // calls as the Redis store, without a server. Time is time.Now's, so under
@@ -22,60 +24,62 @@ import (
 // writer queue): the watch hears of them before AppendEvent returns.
 //
 // It passes the same conformance suite as the Redis store.
-type MemoryBackend struct {
+type MemoryStore struct {
 	mu        sync.Mutex
 	sessions  map[string]*memSession
 	order     uint64
 	running   map[string]bool
 	tenants   map[string]map[string]uint64    // tenant → session id → order
 	slots     map[string]map[string]time.Time // tenant → prompt id → expiry
-	replicas  map[string]*Memory
-	followers map[string]map[*Memory]func(removed bool)
+	replicas  map[string]*MemoryReplica
+	followers map[string]map[*MemoryReplica]func(removed bool)
 	events    int // the events kept per session
 }
 
 type memSession struct {
-	rec      session.Record
-	mutable  session.Mutable
-	history  []session.Entry
+	rec      Record
+	mutable  Mutable
+	history  []Entry
 	stripped []int64
-	events   []session.Event
+	events   []Event
 	lease    string
 	leaseEnd time.Time
 	epoch    uint64
-	run      *session.Run
+	run      *Run
 }
 
-// NewMemoryBackend returns an empty store keeping about eventBuffer events
+// NewMemoryStore returns an empty store keeping about eventBuffer events
 // per session (<= 0: DefaultEventBuffer).
-func NewMemoryBackend(eventBuffer int) *MemoryBackend {
+func NewMemoryStore(eventBuffer int) *MemoryStore {
 	if eventBuffer <= 0 {
 		eventBuffer = DefaultEventBuffer
 	}
-	return &MemoryBackend{sessions: map[string]*memSession{}, running: map[string]bool{},
+	return &MemoryStore{sessions: map[string]*memSession{}, running: map[string]bool{},
 		tenants: map[string]map[string]uint64{}, slots: map[string]map[string]time.Time{},
-		replicas: map[string]*Memory{}, followers: map[string]map[*Memory]func(bool){}, events: eventBuffer}
+		replicas: map[string]*MemoryReplica{}, followers: map[string]map[*MemoryReplica]func(bool){}, events: eventBuffer}
 }
 
-// Memory is one replica's view of a MemoryBackend: a session.Shared.
-type Memory struct {
-	b       *MemoryBackend
+// MemoryReplica is one replica's view of a MemoryStore: a Shared.
+type MemoryReplica struct {
+	b       *MemoryStore
 	id      string
-	fences  fences
-	handler func(ctx context.Context, c session.Control) session.Reply
-	watch   session.EventWatch
+	// held is the epoch of each lease this replica took (0: lost since),
+	// under the store's lock: the fence of its writes.
+	held    map[string]uint64
+	handler func(ctx context.Context, c Control) Reply
+	watch   EventWatch
 	closed  bool
 	cut     atomic.Bool
 }
 
-var _ session.Shared = (*Memory)(nil)
+var _ Shared = (*MemoryReplica)(nil)
 
 // Replica returns the store of replica id ("" for a random id).
-func (b *MemoryBackend) Replica(id string) *Memory {
+func (b *MemoryStore) Replica(id string) *MemoryReplica {
 	if id == "" {
-		id = newReplicaID()
+		id = newID("rep_")[:14]
 	}
-	m := &Memory{b: b, id: id}
+	m := &MemoryReplica{b: b, id: id, held: map[string]uint64{}}
 	b.mu.Lock()
 	b.replicas[id] = m
 	b.mu.Unlock()
@@ -83,16 +87,16 @@ func (b *MemoryBackend) Replica(id string) *Memory {
 }
 
 // errCut is the error of every call of a replica cut off from the store.
-var errCut = errors.New("sessionstore: memory: this replica is cut off from the store")
+var errCut = errors.New("session store: memory: this replica is cut off from the store")
 
 // Cut cuts the replica off from the store, as a network partition would:
 // its calls fail (events are dropped) until Reconnect.
-func (m *Memory) Cut() { m.cut.Store(true) }
+func (m *MemoryReplica) Cut() { m.cut.Store(true) }
 
 // Reconnect ends a Cut.
-func (m *Memory) Reconnect() { m.cut.Store(false) }
+func (m *MemoryReplica) Reconnect() { m.cut.Store(false) }
 
-func (m *Memory) down() error {
+func (m *MemoryReplica) down() error {
 	if m.cut.Load() {
 		return errCut
 	}
@@ -101,7 +105,7 @@ func (m *Memory) down() error {
 
 // Close makes the replica unreachable (its control calls fail, as a dead
 // replica's would); its store calls keep working.
-func (m *Memory) Close() {
+func (m *MemoryReplica) Close() {
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
 	m.closed = true
@@ -111,16 +115,23 @@ func (m *Memory) Close() {
 	}
 }
 
-func (m *Memory) ReplicaID() string { return m.id }
+func (m *MemoryReplica) ReplicaID() string { return m.id }
+
+// loseLocked marks the lease of id lost, when this replica took one.
+func (m *MemoryReplica) loseLocked(id string) {
+	if _, ok := m.held[id]; ok {
+		m.held[id] = 0
+	}
+}
 
 // fencedLocked reports whether a write of id by this replica is refused:
 // it holds a lease of id it knows of, and the lease is no longer that one.
-func (m *Memory) fencedLocked(id string, s *memSession) bool {
-	replica, epoch := m.fences.of(m.id, id)
-	if replica == "" {
+func (m *MemoryReplica) fencedLocked(id string, s *memSession) bool {
+	epoch, ok := m.held[id]
+	if !ok {
 		return false
 	}
-	return s == nil || !s.leaseHeldLocked(replica) || fmt.Sprint(s.epoch) != epoch
+	return s == nil || !s.leaseHeldLocked(m.id) || s.epoch != epoch
 }
 
 func (s *memSession) leaseHeldLocked(replica string) bool {
@@ -135,7 +146,7 @@ func (s *memSession) holderLocked() string {
 }
 
 // write runs fn on id's session unless the write is fenced (ErrFenced).
-func (m *Memory) write(id string, fn func(s *memSession)) error {
+func (m *MemoryReplica) write(id string, fn func(s *memSession)) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -144,8 +155,8 @@ func (m *Memory) write(id string, fn func(s *memSession)) error {
 	defer b.mu.Unlock()
 	s := b.sessions[id]
 	if m.fencedLocked(id, s) {
-		m.fences.lose(id)
-		return fmt.Errorf("sessionstore: write of %s: %w", id, session.ErrFenced)
+		m.loseLocked(id)
+		return fmt.Errorf("session store: write of %s: %w", id, ErrFenced)
 	}
 	if s != nil {
 		fn(s)
@@ -153,7 +164,7 @@ func (m *Memory) write(id string, fn func(s *memSession)) error {
 	return nil
 }
 
-func (b *MemoryBackend) withRecord(s *memSession) session.Record {
+func (b *MemoryStore) withRecord(s *memSession) Record {
 	r := s.rec
 	r.Mutable = s.mutable
 	r.MessageCount = len(s.history)
@@ -163,9 +174,9 @@ func (b *MemoryBackend) withRecord(s *memSession) session.Record {
 	return r
 }
 
-func (m *Memory) Create(_ context.Context, r session.Record, max int) (session.CreateResult, error) {
+func (m *MemoryReplica) Create(_ context.Context, r Record, max int) (CreateResult, error) {
 	if err := m.down(); err != nil {
-		return session.CreateResult{}, err
+		return CreateResult{}, err
 	}
 	b := m.b
 	b.mu.Lock()
@@ -176,64 +187,64 @@ func (m *Memory) Create(_ context.Context, r session.Record, max int) (session.C
 		b.tenants[r.Tenant] = ts
 	}
 	if max > 0 && len(ts) >= max {
-		return session.CreateResult{Sessions: len(ts)}, nil
+		return CreateResult{Sessions: len(ts)}, nil
 	}
 	b.order++
 	r.Order = b.order
 	r.MessageCount, r.LastSeq = 0, 0
 	b.sessions[r.ID] = &memSession{rec: r, mutable: r.Mutable}
 	ts[r.ID] = r.Order
-	return session.CreateResult{Created: true, Order: r.Order, Sessions: len(ts)}, nil
+	return CreateResult{Created: true, Order: r.Order, Sessions: len(ts)}, nil
 }
 
-func (m *Memory) Load(_ context.Context, id string) (session.Record, bool, error) {
+func (m *MemoryReplica) Load(_ context.Context, id string) (Record, bool, error) {
 	if err := m.down(); err != nil {
-		return session.Record{}, false, err
+		return Record{}, false, err
 	}
 	b := m.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.sessions[id]
 	if s == nil {
-		return session.Record{}, false, nil
+		return Record{}, false, nil
 	}
 	return b.withRecord(s), true, nil
 }
 
-func (m *Memory) ListRecords(_ context.Context, tenant string, after uint64, limit int) ([]session.Record, error) {
+func (m *MemoryReplica) ListRecords(_ context.Context, tenant string, after uint64, limit int) ([]Record, error) {
 	if err := m.down(); err != nil {
 		return nil, err
 	}
 	b := m.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []session.Record
+	var out []Record
 	for id, order := range b.tenants[tenant] {
 		if order > after {
 			out = append(out, b.withRecord(b.sessions[id]))
 		}
 	}
-	slices.SortFunc(out, func(x, y session.Record) int { return int(x.Order) - int(y.Order) })
+	slices.SortFunc(out, func(x, y Record) int { return int(x.Order) - int(y.Order) })
 	if limit >= 0 && len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
 }
 
-func (m *Memory) Save(_ context.Context, id string, mu session.Mutable) error {
+func (m *MemoryReplica) Save(_ context.Context, id string, mu Mutable) error {
 	if err := m.down(); err != nil {
 		return err
 	}
 	return m.write(id, func(s *memSession) { s.mutable = mu })
 }
 
-func (m *Memory) Remove(_ context.Context, id, tenant string) error {
+func (m *MemoryReplica) Remove(_ context.Context, id, tenant string) error {
 	if err := m.down(); err != nil {
 		return err
 	}
 	b := m.b
-	m.fences.drop(id)
 	b.mu.Lock()
+	delete(m.held, id)
 	delete(b.sessions, id)
 	delete(b.running, id)
 	delete(b.tenants[tenant], id)
@@ -249,7 +260,7 @@ func (m *Memory) Remove(_ context.Context, id, tenant string) error {
 	return nil
 }
 
-func (m *Memory) Append(_ context.Context, id string, e session.Entry) (int64, error) {
+func (m *MemoryReplica) Append(_ context.Context, id string, e Entry) (int64, error) {
 	if err := m.down(); err != nil {
 		return 0, err
 	}
@@ -266,7 +277,7 @@ func (m *Memory) Append(_ context.Context, id string, e session.Entry) (int64, e
 	return idx, err
 }
 
-func (m *Memory) List(_ context.Context, id string, offset, limit int) ([]session.Entry, int, error) {
+func (m *MemoryReplica) List(_ context.Context, id string, offset, limit int) ([]Entry, int, error) {
 	if err := m.down(); err != nil {
 		return nil, 0, err
 	}
@@ -285,7 +296,7 @@ func (m *Memory) List(_ context.Context, id string, offset, limit int) ([]sessio
 	return slices.Clone(s.history[offset:end]), len(s.history), nil
 }
 
-func (m *Memory) Delete(_ context.Context, id string) error {
+func (m *MemoryReplica) Delete(_ context.Context, id string) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -298,7 +309,7 @@ func (m *Memory) Delete(_ context.Context, id string) error {
 	return nil
 }
 
-func (m *Memory) Strip(_ context.Context, id string, index int64) error {
+func (m *MemoryReplica) Strip(_ context.Context, id string, index int64) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -309,7 +320,7 @@ func (m *Memory) Strip(_ context.Context, id string, index int64) error {
 	})
 }
 
-func (m *Memory) Stripped(_ context.Context, id string) ([]int64, error) {
+func (m *MemoryReplica) Stripped(_ context.Context, id string) ([]int64, error) {
 	if err := m.down(); err != nil {
 		return nil, err
 	}
@@ -326,17 +337,17 @@ func (m *Memory) Stripped(_ context.Context, id string) ([]int64, error) {
 }
 
 // acquireLocked takes s's lease for ttl when no replica holds it.
-func (m *Memory) acquireLocked(id string, s *memSession, ttl time.Duration) bool {
+func (m *MemoryReplica) acquireLocked(id string, s *memSession, ttl time.Duration) bool {
 	if s.holderLocked() != "" {
 		return false
 	}
 	s.lease, s.leaseEnd = m.id, time.Now().Add(ttl)
 	s.epoch++
-	m.fences.hold(id, int64(s.epoch))
+	m.held[id] = s.epoch
 	return true
 }
 
-func (m *Memory) Acquire(_ context.Context, id string, ttl time.Duration) (bool, string, error) {
+func (m *MemoryReplica) Acquire(_ context.Context, id string, ttl time.Duration) (bool, string, error) {
 	if err := m.down(); err != nil {
 		return false, "", err
 	}
@@ -355,24 +366,24 @@ func (m *Memory) Acquire(_ context.Context, id string, ttl time.Duration) (bool,
 	return true, m.id, nil
 }
 
-func (m *Memory) Start(_ context.Context, id string, ttl time.Duration, r session.Run, first *session.Entry, slot session.PromptSlot, max int) (session.StartResult, error) {
+func (m *MemoryReplica) Start(_ context.Context, id string, ttl time.Duration, r Run, first *Entry, slot PromptSlot, max int) (StartResult, error) {
 	if err := m.down(); err != nil {
-		return session.StartResult{}, err
+		return StartResult{}, err
 	}
 	b := m.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.sessions[id]
 	if s == nil {
-		return session.StartResult{}, nil
+		return StartResult{}, nil
 	}
 	if h := s.holderLocked(); h != "" {
-		return session.StartResult{Found: true, Holder: h}, nil
+		return StartResult{Found: true, Holder: h}, nil
 	}
 	if slot.Tenant != "" {
 		n := b.liveSlotsLocked(slot.Tenant)
 		if _, has := b.slots[slot.Tenant][slot.PromptID]; max > 0 && n >= max && !has {
-			return session.StartResult{Found: true, Limited: true, Prompts: n}, nil
+			return StartResult{Found: true, Limited: true, Prompts: n}, nil
 		}
 		b.slots[slot.Tenant][slot.PromptID] = time.Now().Add(ttl)
 	}
@@ -386,11 +397,11 @@ func (m *Memory) Start(_ context.Context, id string, ttl time.Duration, r sessio
 		e.Index = int64(len(s.history))
 		s.history = append(s.history, e)
 	}
-	return session.StartResult{Found: true, Started: true, Holder: m.id, Record: rec, Epoch: s.epoch}, nil
+	return StartResult{Found: true, Started: true, Holder: m.id, Record: rec, Epoch: s.epoch}, nil
 }
 
 // liveSlotsLocked drops tenant's expired prompt slots and counts the rest.
-func (b *MemoryBackend) liveSlotsLocked(tenant string) int {
+func (b *MemoryStore) liveSlotsLocked(tenant string) int {
 	ps := b.slots[tenant]
 	if ps == nil {
 		ps = map[string]time.Time{}
@@ -405,7 +416,7 @@ func (b *MemoryBackend) liveSlotsLocked(tenant string) int {
 	return len(ps)
 }
 
-func (m *Memory) Unappend(_ context.Context, id string, index int64) error {
+func (m *MemoryReplica) Unappend(_ context.Context, id string, index int64) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -418,7 +429,7 @@ func (m *Memory) Unappend(_ context.Context, id string, index int64) error {
 	return nil
 }
 
-func (m *Memory) Finish(_ context.Context, id string, mu session.Mutable, r session.Run, slot session.PromptSlot) error {
+func (m *MemoryReplica) Finish(_ context.Context, id string, mu Mutable, r Run, slot PromptSlot) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -434,7 +445,7 @@ func (m *Memory) Finish(_ context.Context, id string, mu session.Mutable, r sess
 	return nil
 }
 
-func (m *Memory) freeSlot(slot session.PromptSlot) {
+func (m *MemoryReplica) freeSlot(slot PromptSlot) {
 	if slot.Tenant == "" {
 		return
 	}
@@ -445,15 +456,15 @@ func (m *Memory) freeSlot(slot session.PromptSlot) {
 
 // heldLocked reports whether this replica holds s's lease at the epoch it
 // knows of (any epoch when it knows of none).
-func (m *Memory) heldLocked(id string, s *memSession) bool {
+func (m *MemoryReplica) heldLocked(id string, s *memSession) bool {
 	if s == nil || !s.leaseHeldLocked(m.id) {
 		return false
 	}
-	_, epoch := m.fences.of(m.id, id)
-	return epoch == "" || epoch == fmt.Sprint(s.epoch)
+	epoch, ok := m.held[id]
+	return !ok || epoch == s.epoch
 }
 
-func (m *Memory) Renew(_ context.Context, id string, ttl time.Duration, slot session.PromptSlot) (bool, error) {
+func (m *MemoryReplica) Renew(_ context.Context, id string, ttl time.Duration, slot PromptSlot) (bool, error) {
 	if err := m.down(); err != nil {
 		return false, err
 	}
@@ -466,14 +477,14 @@ func (m *Memory) Renew(_ context.Context, id string, ttl time.Duration, slot ses
 	}
 	s := b.sessions[id]
 	if !m.heldLocked(id, s) {
-		m.fences.lose(id)
+		m.loseLocked(id)
 		return false, nil
 	}
 	s.leaseEnd = time.Now().Add(ttl)
 	return true, nil
 }
 
-func (m *Memory) Occupy(_ context.Context, slot session.PromptSlot, ttl time.Duration) error {
+func (m *MemoryReplica) Occupy(_ context.Context, slot PromptSlot, ttl time.Duration) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -484,7 +495,7 @@ func (m *Memory) Occupy(_ context.Context, slot session.PromptSlot, ttl time.Dur
 	return nil
 }
 
-func (m *Memory) Release(_ context.Context, id string) error {
+func (m *MemoryReplica) Release(_ context.Context, id string) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -494,11 +505,11 @@ func (m *Memory) Release(_ context.Context, id string) error {
 	if s := b.sessions[id]; m.heldLocked(id, s) {
 		s.lease = ""
 	}
-	m.fences.drop(id)
+	delete(m.held, id)
 	return nil
 }
 
-func (m *Memory) Holder(_ context.Context, id string) (string, error) {
+func (m *MemoryReplica) Holder(_ context.Context, id string) (string, error) {
 	if err := m.down(); err != nil {
 		return "", err
 	}
@@ -511,7 +522,7 @@ func (m *Memory) Holder(_ context.Context, id string) (string, error) {
 	return "", nil
 }
 
-func (m *Memory) SaveRun(_ context.Context, id string, r session.Run) error {
+func (m *MemoryReplica) SaveRun(_ context.Context, id string, r Run) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -523,9 +534,9 @@ func (m *Memory) SaveRun(_ context.Context, id string, r session.Run) error {
 	return err
 }
 
-func (m *Memory) LoadRun(_ context.Context, id string) (session.Run, bool, error) {
+func (m *MemoryReplica) LoadRun(_ context.Context, id string) (Run, bool, error) {
 	if err := m.down(); err != nil {
-		return session.Run{}, false, err
+		return Run{}, false, err
 	}
 	b := m.b
 	b.mu.Lock()
@@ -533,10 +544,10 @@ func (m *Memory) LoadRun(_ context.Context, id string) (session.Run, bool, error
 	if s := b.sessions[id]; s != nil && s.run != nil {
 		return *s.run, true, nil
 	}
-	return session.Run{}, false, nil
+	return Run{}, false, nil
 }
 
-func (m *Memory) EndRun(_ context.Context, id string, slot session.PromptSlot) error {
+func (m *MemoryReplica) EndRun(_ context.Context, id string, slot PromptSlot) error {
 	if err := m.down(); err != nil {
 		return err
 	}
@@ -550,7 +561,7 @@ func (m *Memory) EndRun(_ context.Context, id string, slot session.PromptSlot) e
 	} else if s == nil {
 		delete(b.running, id)
 	}
-	m.fences.drop(id)
+	delete(m.held, id)
 	b.mu.Unlock()
 	if held {
 		m.freeSlot(slot)
@@ -558,7 +569,7 @@ func (m *Memory) EndRun(_ context.Context, id string, slot session.PromptSlot) e
 	return nil
 }
 
-func (m *Memory) Running(_ context.Context) ([]string, error) {
+func (m *MemoryReplica) Running(_ context.Context) ([]string, error) {
 	if err := m.down(); err != nil {
 		return nil, err
 	}
@@ -573,10 +584,10 @@ func (m *Memory) Running(_ context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// AppendEvent implements session.Shared: the event is stored at once,
+// AppendEvent implements Shared: the event is stored at once,
 // fenced and checked against the stored stream as the Redis writer's
 // script does, and the watch is told.
-func (m *Memory) AppendEvent(id string, e session.Event) {
+func (m *MemoryReplica) AppendEvent(id string, e Event) {
 	if m.down() != nil {
 		return
 	}
@@ -589,23 +600,29 @@ func (m *Memory) AppendEvent(id string, e session.Event) {
 	var lostErr error
 	var top uint64
 	if m.fencedLocked(id, s) {
-		m.fences.lose(id)
-		lostErr = session.ErrFenced
+		m.loseLocked(id)
+		lostErr = ErrFenced
 	}
 	if s != nil && lostErr == nil {
 		if n := len(s.events); n > 0 {
 			top = s.events[n-1].Seq
 		}
-		replica, _ := m.fences.of(m.id, id)
+		_, fenced := m.held[id]
 		switch {
 		case e.Seq <= top:
 			// Stored already.
-		case replica != "" && e.Seq != top+1:
-			m.fences.lose(id)
-			lostErr = fmt.Errorf("%w: the stored stream ends at seq %d, short of the events after it", session.ErrEventsLost, top)
+		case fenced && e.Seq != top+1:
+			m.loseLocked(id)
+			lostErr = fmt.Errorf("%w: the stored stream ends at seq %d, short of the events after it", ErrEventsLost, top)
 		default:
+			if s.events == nil {
+				// A prompt has a few events at least: fewer regrowths.
+				s.events = make([]Event, 0, 8)
+			}
 			s.events = append(s.events, e)
-			if over := len(s.events) - b.events; over > 0 {
+			// Trimmed by an eighth at a time (as XADD MAXLEN ~ trims
+			// whole nodes): one copy per many events, not one per event.
+			if over := len(s.events) - b.events; over > b.events/8 {
 				s.events = slices.Delete(s.events, 0, over)
 			}
 			top = e.Seq
@@ -632,10 +649,10 @@ func (m *Memory) AppendEvent(id string, e session.Event) {
 	}
 }
 
-// Flush implements session.Shared: events are stored as they come.
-func (m *Memory) Flush(context.Context, string) error { return nil }
+// Flush implements Shared: events are stored as they come.
+func (m *MemoryReplica) Flush(context.Context, string) error { return nil }
 
-func (m *Memory) Events(_ context.Context, id string, after uint64, count int) ([]session.Event, error) {
+func (m *MemoryReplica) Events(_ context.Context, id string, after uint64, count int) ([]Event, error) {
 	if err := m.down(); err != nil {
 		return nil, err
 	}
@@ -646,14 +663,14 @@ func (m *Memory) Events(_ context.Context, id string, after uint64, count int) (
 	if s == nil || count <= 0 {
 		return nil, nil
 	}
-	i, _ := slices.BinarySearchFunc(s.events, after+1, func(e session.Event, seq uint64) int {
+	i, _ := slices.BinarySearchFunc(s.events, after+1, func(e Event, seq uint64) int {
 		return int(int64(e.Seq) - int64(seq))
 	})
 	end := min(len(s.events), i+count)
 	return slices.Clone(s.events[i:end]), nil
 }
 
-func (m *Memory) Follow(id string, notify func(removed bool)) (stop func()) {
+func (m *MemoryReplica) Follow(id string, notify func(removed bool)) (stop func()) {
 	b := m.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -661,7 +678,7 @@ func (m *Memory) Follow(id string, notify func(removed bool)) (stop func()) {
 		return func() {}
 	}
 	if b.followers[id] == nil {
-		b.followers[id] = map[*Memory]func(bool){}
+		b.followers[id] = map[*MemoryReplica]func(bool){}
 	}
 	b.followers[id][m] = notify
 	return func() {
@@ -671,38 +688,38 @@ func (m *Memory) Follow(id string, notify func(removed bool)) (stop func()) {
 	}
 }
 
-// Call implements session.Shared: the control message and its reply go
+// Call implements Shared: the control message and its reply go
 // through JSON, as between processes.
-func (m *Memory) Call(ctx context.Context, replica string, c session.Control) (session.Reply, error) {
+func (m *MemoryReplica) Call(ctx context.Context, replica string, c Control) (Reply, error) {
 	if err := m.down(); err != nil {
-		return session.Reply{}, err
+		return Reply{}, err
 	}
 	m.b.mu.Lock()
 	to := m.b.replicas[replica]
-	var h func(context.Context, session.Control) session.Reply
+	var h func(context.Context, Control) Reply
 	if to != nil {
 		h = to.handler
 	}
 	m.b.mu.Unlock()
 	if to == nil {
-		return session.Reply{}, session.ErrNoReplica
+		return Reply{}, ErrNoReplica
 	}
 	if h == nil {
-		return session.Reply{Err: session.ReplyOther, Msg: "replica not ready"}, nil
+		return Reply{Err: ReplyOther, Msg: "replica not ready"}, nil
 	}
-	var in session.Control
+	var in Control
 	if err := roundTrip(c, &in); err != nil {
-		return session.Reply{}, err
+		return Reply{}, err
 	}
-	done := make(chan session.Reply, 1)
+	done := make(chan Reply, 1)
 	go func() { done <- h(ctx, in) }()
 	select {
 	case rep := <-done:
-		var out session.Reply
+		var out Reply
 		err := roundTrip(rep, &out)
 		return out, err
 	case <-ctx.Done():
-		return session.Reply{}, ctx.Err()
+		return Reply{}, ctx.Err()
 	}
 }
 
@@ -714,13 +731,13 @@ func roundTrip(v, out any) error {
 	return json.Unmarshal(data, out)
 }
 
-func (m *Memory) Serve(h func(ctx context.Context, c session.Control) session.Reply) {
+func (m *MemoryReplica) Serve(h func(ctx context.Context, c Control) Reply) {
 	m.b.mu.Lock()
 	m.handler = h
 	m.b.mu.Unlock()
 }
 
-func (m *Memory) WatchEvents(w session.EventWatch) {
+func (m *MemoryReplica) WatchEvents(w EventWatch) {
 	m.b.mu.Lock()
 	m.watch = w
 	m.b.mu.Unlock()
