@@ -106,4 +106,3 @@ func (l Limits) checkRetryCaps(o RetryOverrides) error {
 	}
 	return nil
 }
-

@@ -61,8 +61,8 @@ func NewMemoryStore(eventBuffer int) *MemoryStore {
 
 // MemoryReplica is one replica's view of a MemoryStore: a Shared.
 type MemoryReplica struct {
-	b       *MemoryStore
-	id      string
+	b  *MemoryStore
+	id string
 	// held is the epoch of each lease this replica took (0: lost since),
 	// under the store's lock: the fence of its writes.
 	held    map[string]uint64
