@@ -138,8 +138,8 @@ func (s *Session) overflowFallback(ctx context.Context, promptID string, msg *pr
 
 // dropFailedTurnLocked takes the failed assistant message msg off the
 // runtime context when it is the last one (the persisted history keeps
-// it), as step 11 of the retry flow does; with a shared store the other
-// replicas learn it too.
+// it), as step 11 of the retry flow does; the store records it, for the
+// replicas that run the session next.
 func (s *Session) dropFailedTurnLocked(msg *provider.Message) {
 	n := len(s.context)
 	if n == 0 || s.context[n-1].Role != provider.RoleAssistant || s.context[n-1].StopReason != msg.StopReason {
@@ -151,11 +151,9 @@ func (s *Session) dropFailedTurnLocked(msg *provider.Message) {
 	}
 	idx := s.ctxIndex[n-1]
 	s.ctxIndex = s.ctxIndex[:n-1]
-	if sh := s.m.opts.Shared; sh != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
-		defer cancel()
-		if err := sh.Strip(ctx, s.id, idx); err != nil {
-			s.m.log.Warn("stripped message not recorded", "session", s.id, "err", err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), s.m.leaseTTL())
+	defer cancel()
+	if err := s.m.store.Strip(ctx, s.id, idx); err != nil {
+		s.m.log.Warn("stripped message not recorded", "session", s.id, "err", err)
 	}
 }

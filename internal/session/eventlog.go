@@ -76,8 +76,8 @@ type eventLog struct {
 	closed bool
 	subs   int
 
-	// With a shared store the log delivers only what the store holds
-	// (gated): readers see events up to durable, which the store's writer
+	// A session's log delivers only what the store holds (gated; an
+	// ungated log is the unit tests'): readers see events up to durable, which the store's writer
 	// moves on as it stores them; events of other replicas (apply) are
 	// stored already. So no reader sees an event the stored log may not
 	// have. fenced: the replica lost the lease of the running prompt; the

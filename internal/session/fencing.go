@@ -9,11 +9,11 @@ import (
 // Fencing: what a replica does when it finds that the prompt it runs is no
 // longer its own.
 //
-// With a shared store every write of a prompt carries its lease's epoch,
+// Every write of a prompt carries its lease's epoch,
 // and the store refuses it (ErrFenced) once the lease is another replica's
 // (it expired while this replica was cut off from the store, and another
-// took the prompt over). The log of a shared session delivers only what the
-// store holds, so no reader here has seen an event the stored log lacks.
+// took the prompt over). A session's log delivers only what the store
+// holds, so no reader here has seen an event the stored log lacks.
 // When the lease is found lost (a refused write, a refused renewal, a lease
 // unrenewable for its whole TTL, or a stored stream that lost events) the
 // replica stops the prompt without a word more: nothing it would write

@@ -195,6 +195,12 @@ type Manager struct {
 	runs    sync.WaitGroup
 	bg      sync.WaitGroup // pulls, the janitor and the mirrors' poller (shared store)
 
+	// The store's parts, each used by its side of the engine (shared.go).
+	store  Store
+	leases Leases
+	events EventStream
+	bus    ControlBus
+
 	// ownStore: the store is this process's own (Options.Shared nil), so
 	// nothing outlives the process: a shutdown hands no retry over, and
 	// the registry keeps every session (it is the only copy's index).
@@ -235,7 +241,7 @@ func NewManager(opts Options) *Manager {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	m := &Manager{opts: opts, ownStore: local, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
+	m := &Manager{opts: opts, store: opts.Shared, leases: opts.Shared, events: opts.Shared, bus: opts.Shared, ownStore: local, providers: map[string]Provider{}, log: opts.Logger, sessions: map[string]*Session{},
 		followed: map[*Session]struct{}{}}
 	if opts.Tracer != nil {
 		// Log lines about a session carry its running prompt's trace id.
@@ -324,7 +330,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, p CreateParams) (*S
 	}
 	// The tenant's sessions are counted, and this one added, in one step
 	// of the store: the bound holds across replicas.
-	res, err := m.opts.Shared.Create(ctx, recordOf(s), lim.MaxSessionsPerTenant)
+	res, err := m.store.Create(ctx, recordOf(s), lim.MaxSessionsPerTenant)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ownStore {
@@ -457,8 +463,8 @@ func checkTools(tools []provider.Tool) error {
 	return nil
 }
 
-// Get returns tenant's session id. With a shared store it reads the
-// session's record (ctx bounds that).
+// Get returns tenant's session id. Unless its prompt runs here, it reads
+// the session's record from the store (ctx bounds that).
 func (m *Manager) Get(ctx context.Context, tenant, id string) (*Session, error) {
 	if !sessionIDRe.MatchString(id) {
 		return nil, invalid("session_id", "%q is not a session id", id)
@@ -497,7 +503,7 @@ func (m *Manager) List(ctx context.Context, tenant string, limit int, pageToken 
 		}
 		after = n
 	}
-	recs, err := m.opts.Shared.ListRecords(ctx, tenant, after, limit+1)
+	recs, err := m.store.ListRecords(ctx, tenant, after, limit+1)
 	if err != nil {
 		return nil, "", unavailable("list sessions", err)
 	}
@@ -555,7 +561,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 			f.Forget(id)
 		}
 	}
-	if err := m.opts.Shared.Remove(context.WithoutCancel(ctx), id, tenant); err != nil {
+	if err := m.store.Remove(context.WithoutCancel(ctx), id, tenant); err != nil {
 		return unavailable("remove the session", err)
 	}
 	return waitErr

@@ -45,7 +45,7 @@ type Session struct {
 	entries  int                // persisted history length
 	deleted  bool
 
-	// With a shared store: the history indexes of the context's messages,
+	// The history indexes of the context's messages,
 	// the history length the context was built from (-1: never built
 	// here), the newest stored seq seen, and how the log follows the
 	// stored one while it has readers here (startMirror).
@@ -188,7 +188,7 @@ func (s *Session) Subscribers() int { return s.log.subscribers() }
 
 // Messages returns up to limit entries of the persisted history from offset.
 func (s *Session) Messages(ctx context.Context, offset, limit int) ([]Entry, int, error) {
-	return s.m.opts.Shared.List(ctx, s.id, offset, limit)
+	return s.m.store.List(ctx, s.id, offset, limit)
 }
 
 // SetAutoRetry writes the session's retry.enabled.
@@ -413,7 +413,7 @@ func (s *Session) persistLocked(ctx context.Context, promptID string, msg provid
 // persistEntryLocked appends e to the persisted history and returns its
 // index.
 func (s *Session) persistEntryLocked(ctx context.Context, e Entry) (int64, error) {
-	idx, err := s.m.opts.Shared.Append(context.WithoutCancel(ctx), s.id, e)
+	idx, err := s.m.store.Append(context.WithoutCancel(ctx), s.id, e)
 	if err != nil {
 		s.fenceOnLocked(err)
 		return 0, fmt.Errorf("persist history: %w", unavailable("persist history", err))
@@ -440,15 +440,15 @@ func (s *Session) appendEntryLocked(ctx context.Context, e Entry) error {
 	return nil
 }
 
-// emit publishes e to the session's log and, with a shared store, queues it
-// for the stored stream.
+// emit publishes e to the session's log and queues it for the stored
+// stream (readers get it once the store holds it).
 func (s *Session) emit(e Event) {
 	e = s.log.publish(e)
 	if s.m.opts.Tracer != nil {
 		s.traceEvent(&e)
 	}
-	if sh := s.m.opts.Shared; sh != nil && e.Seq != 0 {
-		sh.AppendEvent(s.id, e)
+	if e.Seq != 0 {
+		s.m.events.AppendEvent(s.id, e)
 	}
 }
 

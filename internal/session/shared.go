@@ -9,20 +9,28 @@ import (
 	"github.com/agentd/agentd/internal/retry"
 )
 
-// Shared is the store through which several replicas serve the same
-// sessions (Redis): session records, persisted histories, event logs,
-// leases, the durable state of running prompts and control messages
-// between replicas. Without one (Options.Shared nil) sessions live in this
-// process only.
+// Shared is the store of sessions: session records, persisted histories,
+// event logs, leases, the durable state of running prompts and control
+// messages between replicas. Redis lets several replicas serve the same
+// sessions; a MemoryStore keeps them in this process (Options.Shared nil).
+// It is the sum of the parts each side of the engine uses: Store for the
+// session core, Leases, EventStream and ControlBus for replication (lease.go,
+// mirror.go, control.go, takeover.go).
 //
 // Every method is safe for concurrent use. Errors are the store's (a Redis
 // error); "not found" is reported through ok results, never as an error.
 type Shared interface {
+	Store
+	Leases
+	EventStream
+	ControlBus
+}
+
+// Store is what the session core keeps of a session: its record, history
+// and stripped set.
+type Store interface {
 	// History stores the persisted histories (Entry.Index is the list index).
 	History
-
-	// ReplicaID names this process among the replicas (unique per process).
-	ReplicaID() string
 
 	// Create stores a new session's record and indexes it for its tenant,
 	// unless the tenant has max sessions already (max <= 0: no bound): the
@@ -48,7 +56,12 @@ type Shared interface {
 	Strip(ctx context.Context, id string, index int64) error
 	// Stripped returns the indexes recorded by Strip.
 	Stripped(ctx context.Context, id string) ([]int64, error)
+}
 
+// Leases is how a prompt holds its session (lease.go, takeover.go): the
+// lease with its epoch, the run's durable state and the tenant's prompt
+// slots. Every write of a prompt is fenced by the lease's epoch.
+type Leases interface {
 	// Acquire takes the session's lease for this replica for ttl when no
 	// replica holds it (SET NX PX). When another holds it, ok is false and
 	// holder names it.
@@ -99,7 +112,10 @@ type Shared interface {
 	EndRun(ctx context.Context, id string, slot PromptSlot) error
 	// Running returns the ids in the set of running sessions.
 	Running(ctx context.Context) ([]string, error)
+}
 
+// EventStream is the stored event log (the owner's writer, mirror.go).
+type EventStream interface {
 	// AppendEvent queues an event (already stamped with its seq) for the
 	// session's event stream. A background writer batches queued events
 	// (pipelined XADDs with id <seq>-0, the stream trimmed to about the
@@ -118,6 +134,15 @@ type Shared interface {
 	// notify must not block (it runs on the store's reader). stop ends it.
 	// At most one follower per id at a time.
 	Follow(id string, notify func(removed bool)) (stop func())
+	// WatchEvents sets the functions told what becomes of the events
+	// AppendEvent queued.
+	WatchEvents(w EventWatch)
+}
+
+// ControlBus carries control calls between replicas (control.go).
+type ControlBus interface {
+	// ReplicaID names this process among the replicas (unique per process).
+	ReplicaID() string
 	// Call sends a control message to replica and waits for its reply, or
 	// for ctx. It fails with ErrNoReplica when no replica by that name
 	// listens.
@@ -125,9 +150,6 @@ type Shared interface {
 	// Serve sets the handler of control messages sent to this replica. Each
 	// message is handled in a goroutine of its own.
 	Serve(h func(ctx context.Context, c Control) Reply)
-	// WatchEvents sets the functions told what becomes of the events
-	// AppendEvent queued.
-	WatchEvents(w EventWatch)
 }
 
 // StartPicker is a Shared store whose Start can carry the prompt's first
