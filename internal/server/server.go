@@ -300,6 +300,9 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 	case provider.KindGemini:
 		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			Headers: pc.Headers, AuthHeader: pc.AuthHeader}), nil
+	case provider.KindVertex:
+		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout, Headers: pc.Headers,
+			AuthHeader: pc.AuthHeader, Vertex: &gemini.VertexOptions{Project: pc.Project, Location: pc.Location, TokenURL: pc.TokenURL}}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}

@@ -31,6 +31,11 @@ type Options struct {
 	// OpenAI "Authorization: Bearer …" or Azure api-key); a request without
 	// it gets the kind's 401.
 	APIKey string
+	// Authorize, when set, decides instead of APIKey whether a request's
+	// key (an access token: "Authorization: Bearer …") is valid, e.g.
+	// TokenServer.Valid; a Vertex AI request it refuses gets Vertex's 401
+	// UNAUTHENTICATED, an Azure one Azure's 401.
+	Authorize func(key string) bool
 	// Accounts maps API keys to the account (Anthropic) or organisation
 	// (OpenAI) that reasoning state is bound to; a key it does not map
 	// belongs to DefaultAccount. See reasoning.go.
@@ -250,15 +255,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 
 	key := requestKey(kind, r.Header)
+	badKey := h.opts.APIKey != "" && key != h.opts.APIKey
+	if h.opts.Authorize != nil {
+		badKey = !h.opts.Authorize(key)
+	}
 	var step Step
 	switch {
 	case azure && r.URL.Query().Get("api-version") == "":
 		step = RawError(http.StatusNotFound, AzureNoAPIVersion)
-	case azure && h.opts.APIKey != "" && key != h.opts.APIKey:
+	case azure && badKey:
 		step = RawError(http.StatusUnauthorized, AzureBadKey)
-	case h.opts.APIKey != "" && key != h.opts.APIKey && kind == provider.KindGemini:
+	case badKey && kind == provider.KindGemini && strings.Contains(r.URL.Path, "/publishers/"):
+		step = RawError(http.StatusUnauthorized, VertexUnauthenticated, "Content-Type", "application/json; charset=UTF-8",
+			"WWW-Authenticate", `Bearer realm="https://accounts.google.com/"`)
+	case badKey && kind == provider.KindGemini:
 		step = RawError(http.StatusBadRequest, GeminiInvalidAPIKey) // Gemini's answer to a bad key is a 400
-	case h.opts.APIKey != "" && key != h.opts.APIKey:
+	case badKey:
 		step = HTTPError(http.StatusUnauthorized)
 	default:
 		var refused bool
