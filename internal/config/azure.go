@@ -46,4 +46,3 @@ func (p *Provider) checkAzure(key string) error {
 
 	return nil
 }
-

@@ -52,7 +52,7 @@ func vertexRequest(key string) *provider.Request {
 // any token the server issued.
 func (e *vertexEnv) checkNoKey(t *testing.T, res provider.Result) {
 	t.Helper()
-	pk := e.key[strings.Index(e.key, "-----BEGIN PRIVATE KEY-----") : strings.Index(e.key, "-----END PRIVATE KEY-----")]
+	pk := e.key[strings.Index(e.key, "-----BEGIN PRIVATE KEY-----"):strings.Index(e.key, "-----END PRIVATE KEY-----")]
 	pk = strings.ReplaceAll(strings.TrimPrefix(pk, "-----BEGIN PRIVATE KEY-----"), `\n`, "")
 	providertest.CheckNoSecret(t, res, pk)
 	for _, r := range e.tokens.Requests() {
