@@ -38,11 +38,10 @@ func (p *Provider) checkAzure(key string) error {
 		return fmt.Errorf("config: %s.api: %q is not an Azure OpenAI API (chat or responses)", key, p.API)
 	case p.ChainResponses && p.API != "responses":
 		return fmt.Errorf("config: %s.chain_responses: an azure-openai provider speaks Chat Completions, which has no stored responses", key)
-	case p.EncryptedReasoning && p.API != "responses":
-		return fmt.Errorf("config: %s.encrypted_reasoning: only with api: responses", key)
+	case p.API == "responses" && p.APIVersion != "" && p.APIVersion < "2025-03-01":
+		return fmt.Errorf("config: %s.api_version: %s has no Responses API (from 2025-03-01-preview on)", key, p.APIVersion)
 	case p.EntraID && p.AuthHeader != "" && !strings.EqualFold(p.AuthHeader, "authorization"):
 		return fmt.Errorf("config: %s.auth_header: with entra_id the token goes in Authorization", key)
 	}
-
 	return nil
 }

@@ -601,8 +601,8 @@ func (c *Config) finishProviders() error {
 			return err
 		}
 		switch {
-		case p.EncryptedReasoning && p.Kind != provider.KindOpenAIResponses:
-			return fmt.Errorf("config: %s.encrypted_reasoning: only an openai-responses provider takes it", key)
+		case p.EncryptedReasoning && p.Kind != provider.KindOpenAIResponses && (p.Kind != provider.KindAzureOpenAI || p.API != "responses"):
+			return fmt.Errorf("config: %s.encrypted_reasoning: only an openai-responses provider takes it (or azure-openai with api: responses)", key)
 		case p.EncryptedReasoning && p.ChainResponses:
 			return fmt.Errorf("config: %s.encrypted_reasoning: set encrypted_reasoning or chain_responses, not both", key)
 		case p.Region != "" && p.Kind != provider.KindBedrock:

@@ -245,6 +245,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if azure {
 		fields.Model = deployment // Azure ignores the body's model
 	}
+	azure = azure || azureResponses(r.URL.Path)
 
 	h.mu.Lock()
 	req := &Request{
@@ -263,6 +264,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case azure && r.URL.Query().Get("api-version") == "":
 		step = RawError(http.StatusNotFound, AzureNoAPIVersion)
+	case azure && badKey && r.Header.Get("Authorization") != "":
+		step = RawError(http.StatusUnauthorized, AzureBadToken, "Content-Type", "application/json",
+			"WWW-Authenticate", `Bearer authorization_uri="https://login.microsoftonline.com/common/oauth2/authorize", error="invalid_token"`)
 	case azure && badKey:
 		step = RawError(http.StatusUnauthorized, AzureBadKey)
 	case badKey && kind == provider.KindGemini && strings.Contains(r.URL.Path, "/publishers/"):
