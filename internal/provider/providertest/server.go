@@ -72,13 +72,34 @@ type Request struct {
 func (r *Request) JSON(v any) error { return json.Unmarshal(r.Body, v) }
 
 // LastUserText returns the text of the request's latest user message
-// (Anthropic messages, Responses input, Chat messages), or "".
+// (Anthropic messages, Responses input, Chat messages, Gemini contents),
+// or "".
 func (r *Request) LastUserText() string {
 	var body struct {
 		Messages []json.RawMessage `json:"messages"`
 		Input    json.RawMessage   `json:"input"`
+		Contents []struct {
+			Role  string `json:"role"`
+			Parts []struct {
+				Text             string          `json:"text"`
+				FunctionResponse json.RawMessage `json:"functionResponse"`
+			} `json:"parts"`
+		} `json:"contents"`
 	}
 	if json.Unmarshal(r.Body, &body) != nil {
+		return ""
+	}
+	if r.Kind == provider.KindGemini {
+		for i := len(body.Contents) - 1; i >= 0; i-- {
+			c := body.Contents[i]
+			var b strings.Builder
+			for _, p := range c.Parts {
+				b.WriteString(p.Text)
+			}
+			if c.Role == "user" && b.Len() > 0 {
+				return b.String()
+			}
+		}
 		return ""
 	}
 	items := body.Messages
