@@ -137,8 +137,8 @@ type Mock struct {
 	swept  time.Time
 
 	requests, streams, errs, conns, active, tokens atomic.Int64
-	stepsMu                                sync.Mutex
-	steps                                  map[string]int64
+	stepsMu                                        sync.Mutex
+	steps                                          map[string]int64
 }
 
 type engine struct {
