@@ -189,3 +189,55 @@ func TestVertexMidStreamErrorAfterContentEndToEnd(t *testing.T) {
 		t.Fatalf("provider saw %d calls, want 1", n)
 	}
 }
+
+// A fallback across kinds, Anthropic → Vertex AI: the overloaded
+// Anthropic model hands the prompt to the chain's Vertex model, which
+// answers with its own token.
+func TestFallbackAnthropicToVertexEndToEnd(t *testing.T) {
+	tokens := providertest.NewTokenServer(providertest.TokenOptions{})
+	defer tokens.Close()
+	fake := providertest.NewServer(providertest.Options{
+		Authorize: func(key string) bool { return key == e2eKeyOne || tokens.Valid(key) },
+		Script: func(r *providertest.Request) providertest.Step {
+			if r.Kind == "anthropic" {
+				return providertest.HTTPError(529)
+			}
+			return providertest.Step{Answer: &providertest.Answer{Text: []string{"from ", "Vertex"}}}
+		},
+	})
+	defer fake.Close()
+	t.Setenv("AGENTD_TEST_VERTEX_KEY", tokens.ServiceAccountKey("proj-fb"))
+	ts := start(t, fmt.Sprintf(`retry: {base_delay_ms: 5, max_retries: 2, fallback_chains: {default: [vx/gemini-2.5-flash]}}
+providers:
+  - name: anth
+    kind: anthropic
+    base_url: %s
+    credentials: [{id: one, api_key: %s}]
+  - name: vx
+    kind: vertex
+    base_url: %s
+    token_url: %s
+    models: [gemini-2.5-flash]
+    credentials: [{id: sa, api_key_env: AGENTD_TEST_VERTEX_KEY}]
+`, fake.URL, e2eKeyOne, fake.URL, tokens.TokenURL()))
+	ctx := testCtx(t)
+	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "anth/claude-sonnet-4-5"}))
+	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
+	var fb *agentdv1.RetryFallbackApplied
+	var text string
+	for _, e := range evs {
+		if f := e.GetRetryFallbackApplied(); f != nil {
+			fb = f
+		}
+		text += e.GetMessageUpdate().GetTextDelta()
+	}
+	if fb == nil || fb.GetTo() != "vx/gemini-2.5-flash" || text != "from Vertex" || evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
+		t.Fatalf("fallback %v, text %q (%s)", fb, text, compact(types(evs)))
+	}
+	reqs := fake.Requests()
+	last := reqs[len(reqs)-1]
+	if last.Kind != "gemini" || last.Path != "/v1/projects/proj-fb/locations/global/publishers/google/models/gemini-2.5-flash:streamGenerateContent" ||
+		last.Header.Get("Authorization") != "Bearer "+providertest.TokenN(1) {
+		t.Fatalf("last request: %s %s %v", last.Kind, last.Path, last.Header)
+	}
+}
