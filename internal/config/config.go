@@ -269,6 +269,25 @@ type Provider struct {
 	// APIVersion (azure-openai): the api-version of every request, e.g.
 	// "2024-10-21" (the default) or "2025-04-01-preview".
 	APIVersion string `yaml:"api_version"`
+	// API (azure-openai): the wire of the deployments, "chat" (Chat
+	// Completions, the default) or "responses" (the Responses API).
+	API string `yaml:"api"`
+	// EntraID (azure-openai): the credentials' secrets are Microsoft Entra
+	// ID client credentials ("TENANT_ID:CLIENT_ID:CLIENT_SECRET"), and
+	// requests carry their access tokens as "Authorization: Bearer …"
+	// instead of an api-key.
+	EntraID bool `yaml:"entra_id"`
+	// Project (vertex): the Google Cloud project of every request; empty:
+	// each credential's (a service-account key's project_id, the
+	// application default credentials' project).
+	Project string `yaml:"project"`
+	// Location (vertex): the region, e.g. "us-central1", or "global" (the
+	// default).
+	Location string `yaml:"location"`
+	// TokenURL (vertex, azure-openai with entra_id): the OAuth 2.0 token
+	// endpoint, replacing Google's or Entra ID's (a proxy, a test
+	// server); for Entra ID "{tenant}" in it stands for the tenant id.
+	TokenURL string `yaml:"token_url"`
 }
 
 // PromptCacheOn reports whether the provider uses its prompt cache
@@ -582,14 +601,17 @@ func (c *Config) finishProviders() error {
 			return err
 		}
 		switch {
-		case p.EncryptedReasoning && p.Kind != provider.KindOpenAIResponses:
-			return fmt.Errorf("config: %s.encrypted_reasoning: only an openai-responses provider takes it", key)
+		case p.EncryptedReasoning && p.Kind != provider.KindOpenAIResponses && (p.Kind != provider.KindAzureOpenAI || p.API != "responses"):
+			return fmt.Errorf("config: %s.encrypted_reasoning: only an openai-responses provider takes it (or azure-openai with api: responses)", key)
 		case p.EncryptedReasoning && p.ChainResponses:
 			return fmt.Errorf("config: %s.encrypted_reasoning: set encrypted_reasoning or chain_responses, not both", key)
 		case p.Region != "" && p.Kind != provider.KindBedrock:
 			return fmt.Errorf("config: %s.region: only a bedrock provider takes it", key)
 		}
 		if err := p.checkAzure(key); err != nil {
+			return err
+		}
+		if err := p.checkVertex(key); err != nil {
 			return err
 		}
 		for j := range p.Credentials {
@@ -616,6 +638,9 @@ func (c *Config) finishProviders() error {
 				if cr.APIKey == "" {
 					return fmt.Errorf("config: %s.api_key_env: environment variable %s is empty", ckey, cr.APIKeyEnv)
 				}
+			}
+			if _, _, _, ok := provider.SplitEntraSecret(cr.APIKey); p.EntraID && !ok && (cr.APIKey != "" || cr.APIKeyEnv != "") {
+				return fmt.Errorf("config: %s: with entra_id a secret is TENANT_ID:CLIENT_ID:CLIENT_SECRET", ckey)
 			}
 			if cr.BankedResets < 0 {
 				return fmt.Errorf("config: %s.banked_resets: must be >= 0", ckey)

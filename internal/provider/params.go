@@ -140,7 +140,7 @@ const (
 //   - openai-responses: no stop sequences (the Responses API has none), no
 //     budget_tokens (effort only), max_tokens at least 16;
 //   - openai-chat: at most 4 stop sequences, no budget_tokens (effort only);
-//   - gemini: at most 5 stop sequences (budget_tokens and effort both map
+//   - gemini and vertex: at most 5 stop sequences (budget_tokens and effort both map
 //     onto thinkingConfig.thinkingBudget).
 //
 // Model-specific refusals (a reasoning model that takes no temperature) are
@@ -212,7 +212,7 @@ func ValidateParams(kind string, p Params) error {
 		if th != nil && th.BudgetTokens > 0 {
 			return paramErr("params.thinking.budget_tokens", "not accepted by the OpenAI Chat Completions API (set params.thinking.effort)")
 		}
-	case KindGemini:
+	case KindGemini, KindVertex:
 		if len(p.StopSequences) > maxGeminiStops {
 			return paramErr("params.stop_sequences", "at most %d (Gemini)", maxGeminiStops)
 		}

@@ -293,13 +293,17 @@ func newProviderClient(pc config.Provider) (provider.Provider, error) {
 			EncryptedReasoning: pc.EncryptedReasoning, NoPromptCache: !pc.PromptCacheOn()}), nil
 	case provider.KindAzureOpenAI:
 		return openai.New(openai.Options{Azure: true, APIVersion: pc.APIVersion, BaseURL: pc.BaseURL, Timeout: timeout,
-			ReadTimeout: readTimeout, Headers: pc.Headers, AuthHeader: pc.AuthHeader}), nil
+			ReadTimeout: readTimeout, Headers: pc.Headers, AuthHeader: pc.AuthHeader, API: pc.API, EntraID: pc.EntraID,
+			TokenURL: pc.TokenURL, ChainResponses: pc.ChainResponses, EncryptedReasoning: pc.EncryptedReasoning}), nil
 	case provider.KindBedrock:
 		return bedrock.New(bedrock.Options{Region: pc.Region, Endpoint: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			MaxTokens: pc.MaxTokens}), nil
 	case provider.KindGemini:
 		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
 			Headers: pc.Headers, AuthHeader: pc.AuthHeader}), nil
+	case provider.KindVertex:
+		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout, Headers: pc.Headers,
+			AuthHeader: pc.AuthHeader, Vertex: &gemini.VertexOptions{Project: pc.Project, Location: pc.Location, TokenURL: pc.TokenURL}}), nil
 	default:
 		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
 	}

@@ -1,13 +1,19 @@
 // Package mock is the mock LLM provider behind `agentd mock-provider` and
 // the load tool (`agentd bench`): the fake-provider engine the tests use
 // ([providertest]) — the streaming wire formats of Anthropic Messages,
-// OpenAI Responses and OpenAI Chat Completions, byte for byte — with its
+// OpenAI Responses and OpenAI Chat Completions (Azure OpenAI's paths
+// included) and Gemini streamGenerateContent (Google AI's and Vertex AI's
+// paths), byte for byte — with its
 // steps chosen per request from a fault script, so that any client can be
 // pointed at it for chaos testing.
 //
 // # Routes
 //
 //	POST …/messages, …/responses, …/chat/completions   the provider (any prefix)
+//	POST …/models/{model}:streamGenerateContent         Gemini, and Vertex AI's
+//	                                                    …/publishers/google/models/… paths
+//	POST /mock/token                                    OAuth 2.0 tokens (TokenPath) for
+//	                                                    vertex and azure-openai with entra_id
 //	GET  /mock/stats                                    counters, as JSON
 //	GET  /healthz                                       "ok"
 //
@@ -115,6 +121,7 @@ type Stats struct {
 	Steps       map[string]int64 `json:"steps"`   // requests by step played ("ok", "529", "reset", …)
 	Connections int64            `json:"connections"`
 	Active      int64            `json:"active"` // requests in progress
+	Tokens      int64            `json:"tokens"` // access tokens issued at TokenPath
 }
 
 // Mock is the mock provider: an http.Handler.
@@ -129,9 +136,9 @@ type Mock struct {
 	keys   map[string]*keyState
 	swept  time.Time
 
-	requests, streams, errs, conns, active atomic.Int64
-	stepsMu                                sync.Mutex
-	steps                                  map[string]int64
+	requests, streams, errs, conns, active, tokens atomic.Int64
+	stepsMu                                        sync.Mutex
+	steps                                          map[string]int64
 }
 
 type engine struct {
@@ -168,9 +175,12 @@ func New(opts Options) (*Mock, error) {
 }
 
 func (m *Mock) newEngine() *engine {
-	e := &engine{h: providertest.NewHandler(providertest.Options{
-		Delay: m.opts.Delay, ChunkDelay: m.opts.ChunkDelay, APIKey: m.opts.APIKey, Script: m.script,
-	})}
+	opts := providertest.Options{Delay: m.opts.Delay, ChunkDelay: m.opts.ChunkDelay, APIKey: m.opts.APIKey, Script: m.script}
+	if m.opts.APIKey != "" {
+		// The key, or an access token of the mock's token endpoint.
+		opts.Authorize = func(key string) bool { return key == m.opts.APIKey || m.issued(key) }
+	}
+	e := &engine{h: providertest.NewHandler(opts)}
 	e.left.Store(int64(m.opts.Rotate))
 	m.engine.Store(e)
 	return e
@@ -208,7 +218,7 @@ func (m *Mock) ConnState(_ net.Conn, s http.ConnState) {
 // Stats returns the counters.
 func (m *Mock) Stats() Stats {
 	st := Stats{Requests: m.requests.Load(), Streams: m.streams.Load(), Errors: m.errs.Load(),
-		Connections: m.conns.Load(), Active: m.active.Load(), Steps: map[string]int64{}}
+		Connections: m.conns.Load(), Active: m.active.Load(), Tokens: m.tokens.Load(), Steps: map[string]int64{}}
 	m.stepsMu.Lock()
 	for k, v := range m.steps {
 		st.Steps[k] = v
@@ -226,6 +236,9 @@ func (m *Mock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case r.Method == http.MethodGet && r.URL.Path == "/healthz":
 		_, _ = io.WriteString(w, "ok\n")
+		return
+	case r.URL.Path == TokenPath:
+		m.serveToken(w, r)
 		return
 	}
 	m.requests.Add(1)
@@ -428,7 +441,7 @@ func (m *Mock) script(req *providertest.Request) providertest.Step {
 // first text delta (Anthropic content_block_start and ping; Responses
 // output_item.added and content_part.added; Chat none).
 func bodyFramesBefore(kind string) int {
-	if kind == provider.KindOpenAIChat {
+	if kind == provider.KindOpenAIChat || kind == provider.KindGemini {
 		return 0
 	}
 	return 2
@@ -498,12 +511,17 @@ func wireStep(kind string, st sim.Step, answer *providertest.Answer) (providerte
 			body = providertest.OpenAIContextLength
 		case provider.KindOpenAIResponses:
 			body = providertest.OpenAIInputTooLong
+		case provider.KindGemini:
+			body = providertest.GeminiTokenCount
 		}
 		s = providertest.Step{Kind: providertest.StepHTTPError, Status: 400, Body: body}
 	case sim.StepUsage:
 		body := providertest.OpenAIInsufficientQuota
-		if kind == provider.KindAnthropic {
+		switch kind {
+		case provider.KindAnthropic:
 			body = providertest.AnthropicSpendLimit
+		case provider.KindGemini:
+			body = providertest.GeminiDailyQuota // a per-day QuotaFailure
 		}
 		s = providertest.Step{Kind: providertest.StepHTTPError, Status: 429, Body: body}
 	case sim.StepStale:
@@ -551,8 +569,11 @@ func setReset(h http.Header, kind, v string) {
 func invalidRequest(kind, msg string) providertest.Step {
 	m, _ := json.Marshal(msg)
 	body := `{"error":{"message":` + string(m) + `,"type":"invalid_request_error","param":null,"code":null}}`
-	if kind == provider.KindAnthropic {
+	switch kind {
+	case provider.KindAnthropic:
 		body = `{"type":"error","error":{"type":"invalid_request_error","message":` + string(m) + `}}`
+	case provider.KindGemini:
+		body = `{"error":{"code":400,"message":` + string(m) + `,"status":"INVALID_ARGUMENT"}}`
 	}
 	return providertest.Step{Kind: providertest.StepHTTPError, Status: 400, Body: body}
 }
@@ -670,4 +691,41 @@ func allDigits(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// TokenPath is the mock's OAuth 2.0 token endpoint, for the kinds that
+// authenticate with access tokens: point a vertex provider's token_url,
+// or an azure-openai provider's with entra_id, at it.
+const TokenPath = "/mock/token"
+
+// serveToken answers a token request of Google's JWT bearer grant or the
+// client-credentials grant with a new access token valid for an hour. It
+// checks the grant's form, not its signature or secret: the mock serves
+// load and chaos tests, not authentication tests (providertest's
+// TokenServer verifies).
+func (m *Mock) serveToken(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	if r.Method != http.MethodPost || r.ParseForm() != nil {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_, _ = io.WriteString(w, `{"error":"invalid_request","error_description":"POST a form"}`)
+		return
+	}
+	grant := r.PostForm.Get("grant_type")
+	ok := grant == providertest.GrantJWTBearer && r.PostForm.Get("assertion") != "" ||
+		grant == providertest.GrantClientCredentials && r.PostForm.Get("client_id") != ""
+	if !ok {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":"unsupported_grant_type","error_description":"mock: a jwt-bearer grant with an assertion, or client_credentials with a client_id"}`)
+		return
+	}
+	_, _ = fmt.Fprintf(w, `{"access_token":"%s%d","expires_in":3599,"token_type":"Bearer"}`, mockTokenPrefix, m.tokens.Add(1))
+}
+
+// mockTokenPrefix starts every access token the mock issues.
+const mockTokenPrefix = "mock-token-"
+
+// issued reports whether tok is an access token the mock issued.
+func (m *Mock) issued(tok string) bool {
+	n, err := strconv.ParseInt(strings.TrimPrefix(tok, mockTokenPrefix), 10, 64)
+	return err == nil && strings.HasPrefix(tok, mockTokenPrefix) && n >= 1 && n <= m.tokens.Load()
 }

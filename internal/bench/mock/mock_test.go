@@ -12,7 +12,9 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/anthropic"
+	"github.com/agentd/agentd/internal/provider/gemini"
 	"github.com/agentd/agentd/internal/provider/openai"
+	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
 )
 
@@ -56,7 +58,7 @@ func classify(kind string, res provider.Result) retry.Verdict {
 	f := retry.Failure{StopReason: res.Message.StopReason, ErrorMessage: res.Message.ErrorMessage,
 		StopDetails: res.Message.StopDetails, API: kind}
 	if res.Failure != nil {
-		f.Status, f.Headers, f.ErrorType, f.ErrorCode = res.Failure.Status, res.Failure.Headers, res.Failure.Type, res.Failure.Code
+		f.Status, f.Headers, f.ErrorType, f.ErrorCode, f.Body = res.Failure.Status, res.Failure.Headers, res.Failure.Type, res.Failure.Code, res.Failure.Body
 	}
 	return retry.Classify(f, time.Now())
 }
@@ -213,5 +215,57 @@ func TestFindStamp(t *testing.T) {
 	}
 	if got := string(appendStamp(nil, 5, 7)); len(got) != len(stampPlaceholder) {
 		t.Fatalf("stamp %q is not as long as the placeholder", got)
+	}
+}
+
+// Gemini, Vertex AI (its token from the mock's TokenPath) and Azure
+// OpenAI's Responses API with Entra ID play the same scripts through
+// agentd's clients, and with Options.APIKey the mock's own tokens pass.
+func TestTokenKindsAndGemini(t *testing.T) {
+	m, base := start(t, Options{APIKey: "sk-mock"})
+	keys := providertest.NewTokenServer(providertest.TokenOptions{})
+	defer keys.Close()
+	kinds := map[string]struct {
+		p      provider.Provider
+		secret string
+	}{
+		provider.KindGemini: {gemini.New(gemini.Options{BaseURL: base}), "sk-mock"},
+		provider.KindVertex: {gemini.New(gemini.Options{BaseURL: base, Vertex: &gemini.VertexOptions{Location: "us-central1", TokenURL: base + TokenPath}}),
+			keys.ServiceAccountKey("proj-mock")},
+		provider.KindAzureOpenAI: {openai.New(openai.Options{Azure: true, API: openai.APIResponses, EntraID: true, BaseURL: base, TokenURL: base + TokenPath}),
+			"tenant-1:client-1:secret-1"},
+	}
+	for kind, k := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			run := func(text string) (provider.Result, string) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				var b strings.Builder
+				res := k.p.Stream(ctx, &provider.Request{Model: "model-x",
+					Messages:   []provider.Message{{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}},
+					Credential: provider.Credential{ID: "k", Secret: k.secret}}, func(d provider.Delta) { b.WriteString(d.Text) })
+				return res, b.String()
+			}
+			text := "hello " + kind + " [[faults: 429:retry-after=2,usage,overflow,ok]]"
+			res, _ := run(text)
+			if v := classify(kind, res); v.Class != retry.ClassTransient || v.Hint != 2*time.Second {
+				t.Fatalf("call 1: %q: %s %v", res.Message.ErrorMessage, v.Class, v.Hint)
+			}
+			res, _ = run(text)
+			if v := classify(kind, res); v.Class != retry.ClassUsageLimit {
+				t.Fatalf("call 2: %q: %s", res.Message.ErrorMessage, v.Class)
+			}
+			res, _ = run(text)
+			if v := classify(kind, res); v.Class != retry.ClassContextOverflow {
+				t.Fatalf("call 3: %q: %s", res.Message.ErrorMessage, v.Class)
+			}
+			res, got := run(text)
+			if res.Message.StopReason != provider.StopEnd || got != "echo: hello "+kind {
+				t.Fatalf("call 4: %q %q %q", res.Message.StopReason, res.Message.ErrorMessage, got)
+			}
+		})
+	}
+	if st := m.Stats(); st.Tokens != 2 {
+		t.Fatalf("tokens issued: %d, want one per token kind", st.Tokens)
 	}
 }

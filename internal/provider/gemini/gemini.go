@@ -41,6 +41,13 @@ type Options struct {
 	// replaced: redirects are never followed). Nil: a client with a
 	// transport of its own.
 	HTTPClient *http.Client
+	// Vertex, when set, makes the client call the Gemini API on Vertex AI
+	// (provider kind "vertex") with OAuth 2.0 access tokens: BaseURL's
+	// default is then the location's endpoint with "/v1", AuthHeader's
+	// "Authorization", and each call's credential secret is a
+	// service-account key (JSON), or empty for the application default
+	// credentials.
+	Vertex *VertexOptions
 }
 
 // Client calls the Gemini API's streamGenerateContent. It is safe for
@@ -49,12 +56,20 @@ type Client struct {
 	opts   Options
 	base   string
 	client *http.Client
+	vertex *vertexAuth // nil: Google AI
 }
 
 var _ provider.Provider = (*Client)(nil)
 
 // New returns a client for opts.
 func New(opts Options) *Client {
+	if opts.Vertex != nil {
+		if opts.AuthHeader == "" {
+			opts.AuthHeader = "Authorization"
+		}
+		v := newVertexAuth(*opts.Vertex)
+		return &Client{opts: opts, base: vertexBaseURL(opts.BaseURL, v.opts.Location), client: wire.NewHTTPClient(opts.HTTPClient), vertex: v}
+	}
 	if opts.AuthHeader == "" {
 		opts.AuthHeader = "x-goog-api-key"
 	}
@@ -80,27 +95,64 @@ func baseURL(base string) string {
 	return u.String()
 }
 
-// URL is the endpoint the client posts to for model.
+// URL is the endpoint the client posts to for model (on Vertex AI, in
+// the configured project; "{project}" when the project is the
+// credential's).
 func (c *Client) URL(model string) string {
+	if c.vertex != nil {
+		p := c.vertex.opts.Project
+		if p == "" {
+			return strings.Replace(c.vertexURL("_", model), "/projects/_/", "/projects/{project}/", 1)
+		}
+		return c.vertexURL(p, model)
+	}
 	m := strings.TrimPrefix(model, "models/")
 	return c.base + "/models/" + url.PathEscape(m) + ":streamGenerateContent?alt=sse"
 }
 
 // CloseIdleConnections closes the idle connections of the client's
 // transport.
-func (c *Client) CloseIdleConnections() { c.client.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() {
+	c.client.CloseIdleConnections()
+	if c.vertex != nil {
+		c.vertex.tokens.CloseIdleConnections()
+	}
+}
 
 // Stream makes one streaming generateContent call. It returns when the
 // stream ends, fails or ctx is done, delivers deltas through onDelta from
 // the calling goroutine as they arrive, and starts no goroutine that
 // outlives it.
-func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func(provider.Delta)) provider.Result {
-	a := wire.NewAcc(req.Model, req.Credential.Secret, onDelta)
+//
+// On Vertex AI the call first takes its credential's access token (cached;
+// fetched when missing or about to expire): a token that cannot be had
+// fails the call before any request to the model (see oauth.Failure), and
+// a token the model API refuses (401) is dropped, so that the next call
+// fetches another.
+func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func(provider.Delta)) (res provider.Result) {
+	secret, u := req.Credential.Secret, ""
+	if c.vertex != nil {
+		tok, project, src, failed := c.vertexToken(ctx, req, onDelta)
+		if failed != nil {
+			return *failed
+		}
+		defer func() {
+			if res.Failure != nil && res.Failure.Status == http.StatusUnauthorized {
+				src.Invalidate(tok)
+			}
+		}()
+		// The access token is the call's secret: it goes in the auth
+		// header and is redacted from every error; the key stays here.
+		secret, u = tok, c.vertexURL(project, req.Model)
+	} else {
+		u = c.URL(req.Model)
+	}
+	a := wire.NewAcc(req.Model, secret, onDelta)
 	body, err := json.Marshal(requestBody(req))
 	if err != nil {
 		return a.Fail("gemini: encoding the request: "+err.Error(), "", nil)
 	}
-	hreq, err := wire.NewRequest(c.URL(req.Model), body, c.opts.AuthHeader, req.Credential.Secret, c.opts.Headers)
+	hreq, err := wire.NewRequest(u, body, c.opts.AuthHeader, secret, c.opts.Headers)
 	if err != nil {
 		return a.Fail("gemini: "+err.Error(), "", nil)
 	}

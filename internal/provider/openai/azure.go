@@ -10,19 +10,31 @@ import (
 // (its Chat Completions take stream_options and max_completion_tokens).
 const DefaultAzureAPIVersion = "2024-10-21"
 
+// DefaultAzureResponsesAPIVersion is the api-version of Azure OpenAI's
+// Responses API when Options.APIVersion is empty (Responses came with
+// 2025-03-01-preview; the GA versions before it do not have it).
+const DefaultAzureResponsesAPIVersion = "2025-04-01-preview"
+
 // azureDeploymentPlaceholder stands for the deployment in Client.URL.
 const azureDeploymentPlaceholder = "{deployment}"
 
-// azureOptions are opts for Azure OpenAI: the key in "api-key" unless
-// AuthHeader says otherwise, the default api-version, and no
-// prompt_cache_key (not a parameter of the GA api-versions, which refuse
-// unknown ones; Azure caches prompt prefixes on its own).
-func azureOptions(opts Options) Options {
-	if opts.AuthHeader == "" {
+// azureOptions are opts for Azure OpenAI's api: the key in "api-key"
+// unless AuthHeader says otherwise (an Entra ID token in Authorization),
+// the api's default api-version, and no prompt_cache_key (not a parameter
+// of the GA api-versions, which refuse unknown ones; Azure caches prompt
+// prefixes on its own).
+func azureOptions(opts Options, api string) Options {
+	switch {
+	case opts.EntraID:
+		opts.AuthHeader = "Authorization"
+	case opts.AuthHeader == "":
 		opts.AuthHeader = "api-key"
 	}
 	if strings.TrimSpace(opts.APIVersion) == "" {
 		opts.APIVersion = DefaultAzureAPIVersion
+		if api == APIResponses {
+			opts.APIVersion = DefaultAzureResponsesAPIVersion
+		}
 	}
 	opts.NoPromptCache = true
 	return opts
@@ -47,4 +59,20 @@ func azureURL(base, deployment, apiVersion string) string {
 		s = strings.Replace(s, url.PathEscape(deployment), deployment, 1)
 	}
 	return s
+}
+
+// azureResponsesURL is the Responses endpoint of the resource at base:
+// base+"/openai/responses?api-version=…" (the deployment is the body's
+// model). A path on base is kept, as is a query.
+func azureResponsesURL(base, apiVersion string) string {
+	u, err := url.Parse(strings.TrimSpace(base))
+	if err != nil {
+		u = &url.URL{Path: strings.TrimSpace(base)}
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + "/openai/responses"
+	u.RawPath = ""
+	q := u.Query()
+	q.Set("api-version", apiVersion)
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -72,12 +72,29 @@ type Options struct {
 	// before api-version 2024-09-01-preview, some compatible servers); the
 	// result then has no usage unless the server sends it anyway.
 	ChatNoStreamOptions bool
-	// Azure speaks Azure OpenAI's Chat Completions on a resource's
-	// deployments (see azure.go); API is then APIChat whatever it says.
+	// Azure speaks Azure OpenAI on a resource (see azure.go): Chat
+	// Completions on its deployments, or with API APIResponses the
+	// Responses API (the deployment's name as the model).
 	Azure bool
 	// APIVersion (Azure only) is the api-version query parameter; empty:
-	// DefaultAzureAPIVersion.
+	// DefaultAzureAPIVersion (Chat), DefaultAzureResponsesAPIVersion
+	// (Responses).
 	APIVersion string
+	// EntraID (Azure only): the credentials' secrets are Microsoft Entra
+	// ID client credentials, "TENANT_ID:CLIENT_ID:CLIENT_SECRET"; each
+	// call sends its credential's access token (cached, refreshed before
+	// it expires) as "Authorization: Bearer …" instead of an api-key.
+	EntraID bool
+	// TokenURL (with EntraID) is the token endpoint, "{tenant}" standing
+	// for the tenant id; empty: DefaultEntraTokenURL.
+	TokenURL string
+	// TokenTimeout bounds one token request; 0: oauth.DefaultTimeout.
+	TokenTimeout time.Duration
+	// TokenHTTPClient, when set, sends the token requests (redirects are
+	// never followed).
+	TokenHTTPClient *http.Client
+	// Now is the clock token expiries are read with; nil: time.Now.
+	Now func() time.Time
 	// NoPromptCache leaves out prompt_cache_key. By default every request
 	// carries its session's id as prompt_cache_key, so that OpenAI routes a
 	// session's calls to the machines that hold its cached prefix.
@@ -96,6 +113,7 @@ type Client struct {
 	url    string
 	client *http.Client
 	chain  *chainCache
+	entra  *entraAuth // nil: the secret is the key
 }
 
 var _ provider.Provider = (*Client)(nil)
@@ -110,7 +128,10 @@ func New(opts Options) *Client {
 		api = APIChat
 	}
 	if opts.Azure {
-		api, opts = APIChat, azureOptions(opts)
+		if api != APIResponses || opts.API == "" {
+			api = APIChat
+		}
+		opts = azureOptions(opts, api)
 	}
 	if opts.AuthHeader == "" {
 		opts.AuthHeader = "Authorization"
@@ -119,9 +140,15 @@ func New(opts Options) *Client {
 		opts.ChainCacheSize = DefaultChainCacheSize
 	}
 	c := &Client{opts: opts, api: api, client: wire.NewHTTPClient(opts.HTTPClient)}
+	if opts.Azure && opts.EntraID {
+		c.entra = newEntraAuth(opts)
+	}
 	switch api {
 	case APIResponses:
 		c.url = endpoint(opts.BaseURL, "/responses")
+		if opts.Azure {
+			c.url = azureResponsesURL(opts.BaseURL, opts.APIVersion)
+		}
 		if opts.ChainResponses && !opts.EncryptedReasoning {
 			c.chain = newChainCache(opts.ChainCacheSize)
 		}
@@ -162,7 +189,12 @@ func (c *Client) URL() string { return c.url }
 
 // CloseIdleConnections closes the idle connections of the client's
 // transport.
-func (c *Client) CloseIdleConnections() { c.client.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() {
+	c.client.CloseIdleConnections()
+	if c.entra != nil {
+		c.entra.tokens.CloseIdleConnections()
+	}
+}
 
 // Forget drops what the client remembers of a session (its last response
 // id, with ChainResponses): the session's next call sends its whole
@@ -176,7 +208,26 @@ func (c *Client) Forget(sessionID string) {
 // Stream makes one streaming call. It returns when the stream ends, fails
 // or ctx is done, delivers deltas through onDelta from the calling
 // goroutine as they arrive, and starts no goroutine that outlives it.
-func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func(provider.Delta)) provider.Result {
+//
+// With Entra ID the call first takes its credential's access token, which
+// is then the call's secret (the header's, the one redacted from errors);
+// a token that cannot be had fails the call before any request to the
+// model, and one the model refuses (401) is dropped.
+func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func(provider.Delta)) (res provider.Result) {
+	if c.entra != nil {
+		tok, src, failed := c.entra.token(ctx, req, onDelta)
+		if failed != nil {
+			return *failed
+		}
+		defer func() {
+			if res.Failure != nil && res.Failure.Status == http.StatusUnauthorized {
+				src.Invalidate(tok)
+			}
+		}()
+		r := *req
+		r.Credential.Secret = tok
+		req = &r
+	}
 	a := wire.NewAcc(req.Model, req.Credential.Secret, onDelta)
 	switch c.api {
 	case APIResponses:
@@ -194,7 +245,7 @@ func (c *Client) newRequest(req *provider.Request, body any) (*http.Request, err
 		return nil, err
 	}
 	u := c.url
-	if c.opts.Azure {
+	if c.opts.Azure && c.api == APIChat {
 		u = azureURL(c.opts.BaseURL, req.Model, c.opts.APIVersion)
 	}
 	return wire.NewRequest(u, b, c.opts.AuthHeader, req.Credential.Secret, c.opts.Headers)

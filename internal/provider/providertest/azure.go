@@ -20,6 +20,14 @@ const (
 	AzureBadKey = `{"error":{"code":"401","message": "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource."}}`
 )
 
+// AzureBadToken is Azure OpenAI's 401 for an Entra ID access token it
+// does not take (expired, revoked, for another audience).
+const AzureBadToken = `{"error":{"code":"401","message":"Unauthorized. Access token is missing, invalid, audience is incorrect (https://cognitiveservices.azure.com), or have expired."}}`
+
+// azureResponses reports whether path is Azure OpenAI's Responses
+// endpoint (…/openai/responses, the deployment in the body).
+func azureResponses(path string) bool { return strings.HasSuffix(path, "/openai/responses") }
+
 // azureDeployment is the deployment of an Azure OpenAI path
 // (…/openai/deployments/{deployment}/chat/completions).
 func azureDeployment(path string) (string, bool) {

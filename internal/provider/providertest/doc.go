@@ -13,8 +13,21 @@
 // …/models/{model}:streamGenerateContent (gemini.go: data: frames ended by
 // \r\n\r\n, Google's pretty-printed error envelope with google.rpc
 // details, thought signatures bound to account and model; the key in
-// x-goog-api-key). Every OpenAI answer carries x-request-id, every
-// Anthropic one request-id.
+// x-goog-api-key). Vertex AI's
+// …/projects/{p}/locations/{l}/publishers/google/models/{model}:streamGenerateContent
+// is Gemini's with a bearer token (Options.Authorize, e.g.
+// TokenServer.Valid, decides which; a refused one gets Vertex's 401), and
+// Azure's …/openai/responses the Responses API with api-version. Every
+// OpenAI answer carries x-request-id, every Anthropic one request-id.
+//
+// # Token endpoint
+//
+// [TokenServer] is a fake OAuth 2.0 token endpoint (token.go): Google's
+// JWT bearer grant of a service-account key it makes
+// ([TokenServer.ServiceAccountKey]), whose RS256 assertion and claims it
+// verifies, and Entra ID's client-credentials grant; it counts its
+// requests, issues TokenN(n), and plays queued error answers
+// (GoogleInvalidGrant, EntraInvalidClient, a 503).
 //
 // # Steps
 //

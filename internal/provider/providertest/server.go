@@ -31,6 +31,11 @@ type Options struct {
 	// OpenAI "Authorization: Bearer …" or Azure api-key); a request without
 	// it gets the kind's 401.
 	APIKey string
+	// Authorize, when set, decides instead of APIKey whether a request's
+	// key (an access token: "Authorization: Bearer …") is valid, e.g.
+	// TokenServer.Valid; a Vertex AI request it refuses gets Vertex's 401
+	// UNAUTHENTICATED, an Azure one Azure's 401.
+	Authorize func(key string) bool
 	// Accounts maps API keys to the account (Anthropic) or organisation
 	// (OpenAI) that reasoning state is bound to; a key it does not map
 	// belongs to DefaultAccount. See reasoning.go.
@@ -67,13 +72,34 @@ type Request struct {
 func (r *Request) JSON(v any) error { return json.Unmarshal(r.Body, v) }
 
 // LastUserText returns the text of the request's latest user message
-// (Anthropic messages, Responses input, Chat messages), or "".
+// (Anthropic messages, Responses input, Chat messages, Gemini contents),
+// or "".
 func (r *Request) LastUserText() string {
 	var body struct {
 		Messages []json.RawMessage `json:"messages"`
 		Input    json.RawMessage   `json:"input"`
+		Contents []struct {
+			Role  string `json:"role"`
+			Parts []struct {
+				Text             string          `json:"text"`
+				FunctionResponse json.RawMessage `json:"functionResponse"`
+			} `json:"parts"`
+		} `json:"contents"`
 	}
 	if json.Unmarshal(r.Body, &body) != nil {
+		return ""
+	}
+	if r.Kind == provider.KindGemini {
+		for i := len(body.Contents) - 1; i >= 0; i-- {
+			c := body.Contents[i]
+			var b strings.Builder
+			for _, p := range c.Parts {
+				b.WriteString(p.Text)
+			}
+			if c.Role == "user" && b.Len() > 0 {
+				return b.String()
+			}
+		}
 		return ""
 	}
 	items := body.Messages
@@ -240,6 +266,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if azure {
 		fields.Model = deployment // Azure ignores the body's model
 	}
+	azure = azure || azureResponses(r.URL.Path)
 
 	h.mu.Lock()
 	req := &Request{
@@ -250,15 +277,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 
 	key := requestKey(kind, r.Header)
+	badKey := h.opts.APIKey != "" && key != h.opts.APIKey
+	if h.opts.Authorize != nil {
+		badKey = !h.opts.Authorize(key)
+	}
 	var step Step
 	switch {
 	case azure && r.URL.Query().Get("api-version") == "":
 		step = RawError(http.StatusNotFound, AzureNoAPIVersion)
-	case azure && h.opts.APIKey != "" && key != h.opts.APIKey:
+	case azure && badKey && r.Header.Get("Authorization") != "":
+		step = RawError(http.StatusUnauthorized, AzureBadToken, "Content-Type", "application/json",
+			"WWW-Authenticate", `Bearer authorization_uri="https://login.microsoftonline.com/common/oauth2/authorize", error="invalid_token"`)
+	case azure && badKey:
 		step = RawError(http.StatusUnauthorized, AzureBadKey)
-	case h.opts.APIKey != "" && key != h.opts.APIKey && kind == provider.KindGemini:
+	case badKey && kind == provider.KindGemini && strings.Contains(r.URL.Path, "/publishers/"):
+		step = RawError(http.StatusUnauthorized, VertexUnauthenticated, "Content-Type", "application/json; charset=UTF-8",
+			"WWW-Authenticate", `Bearer realm="https://accounts.google.com/"`)
+	case badKey && kind == provider.KindGemini:
 		step = RawError(http.StatusBadRequest, GeminiInvalidAPIKey) // Gemini's answer to a bad key is a 400
-	case h.opts.APIKey != "" && key != h.opts.APIKey:
+	case badKey:
 		step = HTTPError(http.StatusUnauthorized)
 	default:
 		var refused bool

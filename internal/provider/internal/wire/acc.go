@@ -19,7 +19,7 @@ type Acc struct {
 	Usage provider.Usage
 
 	model   string
-	secret  string
+	secrets []string
 	onDelta func(provider.Delta)
 	blocks  []provider.Block
 	keys    map[string]int
@@ -34,10 +34,16 @@ type toolState struct {
 // NewAcc returns an Acc for a call to model with secret (redacted from
 // every error message) that hands deltas to onDelta (which may be nil).
 func NewAcc(model, secret string, onDelta func(provider.Delta)) *Acc {
+	return NewAccSecrets(model, []string{secret}, onDelta)
+}
+
+// NewAccSecrets is NewAcc for a call with several secrets (the parts of a
+// structured credential), each redacted from every error message.
+func NewAccSecrets(model string, secrets []string, onDelta func(provider.Delta)) *Acc {
 	if onDelta == nil {
 		onDelta = func(provider.Delta) {}
 	}
-	return &Acc{model: model, secret: secret, onDelta: onDelta, keys: map[string]int{}, tools: map[int]*toolState{}}
+	return &Acc{model: model, secrets: secrets, onDelta: onDelta, keys: map[string]int{}, tools: map[int]*toolState{}}
 }
 
 // block returns the index of key's block, starting one of typ if needed.
@@ -246,7 +252,7 @@ func (a *Acc) Finish(stop string) provider.Result {
 // to report). The message is redacted; a failure after observable output
 // without other details gets provider.DetailInterruptedAfterContent.
 func (a *Acc) Fail(msg, details string, f *provider.Failure) provider.Result {
-	m := a.message(provider.StopError, redact(msg, a.secret), details)
+	m := a.message(provider.StopError, redact(msg, a.secrets...), details)
 	if details == "" && m.HasObservableOutput() {
 		m.StopDetails = provider.DetailInterruptedAfterContent
 	}
@@ -260,7 +266,7 @@ func (a *Acc) FailAPI(c *Call, e APIError) provider.Result {
 	f := c.Failure()
 	f.Type, f.Code = e.Type, e.Code
 	if e.Body != "" {
-		f.Body = redact(e.Body, a.secret)
+		f.Body = redact(e.Body, a.secrets...)
 	}
 	return a.Fail(e.text(c.resp.StatusCode), "", f)
 }
