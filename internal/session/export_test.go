@@ -8,3 +8,6 @@ func RunningPrompts(m *Manager, tenant string) int {
 	defer b.mu.Unlock()
 	return b.liveSlotsLocked(tenant)
 }
+
+// GenAISystem is the gen_ai.system of a provider kind.
+var GenAISystem = genAISystem

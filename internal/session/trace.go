@@ -65,6 +65,12 @@ func genAISystem(kind string) string {
 		return "openai"
 	case provider.KindAzureOpenAI:
 		return "az.ai.openai"
+	case provider.KindGemini:
+		return "gcp.gemini"
+	case provider.KindVertex:
+		return "gcp.vertex_ai"
+	case provider.KindBedrock:
+		return "aws.bedrock"
 	default:
 		return "agentd.simulated"
 	}

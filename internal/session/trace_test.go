@@ -152,3 +152,16 @@ func TestPromptTrace(t *testing.T) {
 		t.Errorf("no log line carries the trace id:\n%s", logs.String())
 	}
 }
+
+// Every provider kind is named by the GenAI conventions' value for it.
+func TestGenAISystemOfEveryKind(t *testing.T) {
+	for kind, want := range map[string]string{
+		provider.KindAnthropic: "anthropic", provider.KindOpenAIResponses: "openai", provider.KindOpenAIChat: "openai",
+		provider.KindAzureOpenAI: "az.ai.openai", provider.KindGemini: "gcp.gemini", provider.KindVertex: "gcp.vertex_ai",
+		provider.KindBedrock: "aws.bedrock", provider.KindSimulated: "agentd.simulated",
+	} {
+		if got := session.GenAISystem(kind); got != want {
+			t.Errorf("%s: %s, want %s", kind, got, want)
+		}
+	}
+}
