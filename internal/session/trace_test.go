@@ -165,3 +165,76 @@ func TestGenAISystemOfEveryKind(t *testing.T) {
 		}
 	}
 }
+
+// With CaptureContent, each attempt span carries the prompt and the answer
+// in a gen_ai.content event (the failed attempt's completion empty), and
+// still no secret; without it, the text is nowhere in the export (the
+// test above).
+func TestPromptTraceCapturesContent(t *testing.T) {
+	coll := otlptest.Start(t)
+	tr, err := telemetry.Start(context.Background(), config.Telemetry{OTLP: config.OTLP{Endpoint: coll.Addr(), Insecure: true}}, telemetry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Shutdown(context.Background()) })
+	store := credstore.NewMemory(credstore.MemoryOptions{})
+	if _, err := store.Add(context.Background(), credstore.Credential{ID: "key-a", Provider: "sim", Secret: traceSecret}); err != nil {
+		t.Fatal(err)
+	}
+	settings := retry.DefaultSettings()
+	settings.BaseDelay = time.Millisecond
+	m := session.NewManager(session.Options{
+		Providers:      []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo"}, Client: sim.New(sim.Options{})}},
+		Retry:          settings,
+		Credentials:    storeAdapter{store},
+		Tracer:         tr.Tracer(),
+		CaptureContent: true,
+		Rand:           func() float64 { return 0 },
+	})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	s := create(t, m, session.RetryOverrides{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const text = "zebra-quartz [[faults: 503,ok]]"
+	_, sub, err := s.Prompt(ctx, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := readUntilEnd(t, sub)
+	sub.Close()
+	if last(evs).Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end %+v", last(evs))
+	}
+	if err := tr.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := coll.WaitSpans(ctx, func(s *tracepb.Span) bool { return s.GetName() == session.SpanPrompt })
+	if err != nil {
+		t.Fatalf("no prompt span: %v", err)
+	}
+	var contents []*tracepb.Span_Event
+	for _, sp := range spans {
+		if !strings.HasPrefix(sp.GetName(), "chat ") {
+			continue
+		}
+		for _, e := range sp.GetEvents() {
+			if e.GetName() == "gen_ai.content" {
+				contents = append(contents, e)
+			}
+		}
+	}
+	if len(contents) != 2 {
+		t.Fatalf("%d gen_ai.content events, want one per attempt (2)", len(contents))
+	}
+	for i, e := range contents {
+		if p := otlptest.EventAttr(e, "gen_ai.prompt"); !strings.Contains(p, "zebra-quartz") {
+			t.Errorf("attempt %d: gen_ai.prompt = %q", i, p)
+		}
+	}
+	if c := otlptest.EventAttr(contents[1], "gen_ai.completion"); !strings.Contains(c, "zebra-quartz") {
+		t.Errorf("the answering attempt's gen_ai.completion = %q, want the echo of the prompt", c)
+	}
+	if dump := coll.Dump(); strings.Contains(dump, traceSecret) || strings.Contains(dump, traceSecret[:12]) {
+		t.Error("the exported spans contain the credential's secret")
+	}
+}
