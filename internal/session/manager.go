@@ -186,7 +186,7 @@ type Manager struct {
 	opts      Options
 	providers map[string]Provider
 	log       *slog.Logger
-	// traced holds the running prompt's span by session id, for the log
+	// traced holds the running prompt's *spanRef by session id, for the log
 	// lines' trace ids (trace.go); only with Options.Tracer.
 	traced sync.Map
 

@@ -106,8 +106,11 @@ func (s *Session) startPromptSpan(ctx context.Context, promptID string, parent t
 	s.mu.Unlock()
 	ctx, span := tr.Start(ctx, SpanPrompt, trace.WithSpanKind(trace.SpanKindInternal))
 	// Its attributes are set once, at its end (cheaper than twice).
-	s.span.Store(&spanRef{span: span, promptID: promptID, model: model})
-	s.m.traced.Store(s.id, span)
+	ref := &spanRef{span: span, promptID: promptID, model: model}
+	s.span.Store(ref)
+	// The ref, not the span: a span's dynamic type need not be comparable
+	// (the SDK's non-recording one is not), and CompareAndDelete compares.
+	s.m.traced.Store(s.id, ref)
 	return ctx, span
 }
 
@@ -117,7 +120,14 @@ func (s *Session) endPromptSpan(span trace.Span, outcome, errText string, spent,
 		return
 	}
 	ref := s.span.Swap(nil)
-	s.m.traced.CompareAndDelete(s.id, span)
+	if ref != nil {
+		s.m.traced.CompareAndDelete(s.id, ref)
+	}
+	if !span.IsRecording() {
+		// Not sampled (OTEL_TRACES_SAMPLER): nothing to describe.
+		span.End()
+		return
+	}
 	u := spent.Usage
 	attrs := make([]attribute.KeyValue, 0, 12)
 	attrs = append(attrs, attrSessionID.String(s.id), attrTenant.String(s.tenant), attrOutcome.String(outcome),
@@ -152,9 +162,10 @@ type attempt struct {
 }
 
 // startAttempt notes the start of a model call attempt (nil when tracing
-// is off).
+// is off or the prompt's span is not sampled).
 func (s *Session) startAttempt(ctx context.Context, call int) *attempt {
-	if s.m.opts.Tracer == nil {
+	if s.m.opts.Tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		// Off, or the prompt's span is not sampled: nor is its child.
 		return nil
 	}
 	s.mu.Lock()
@@ -248,7 +259,7 @@ func appendUsageDetail(attrs []attribute.KeyValue, u provider.Usage) []attribute
 // traceEvent adds what the retry flow decided to the prompt's span.
 func (s *Session) traceEvent(e *Event) {
 	span := s.promptSpan()
-	if span == nil {
+	if span == nil || !span.IsRecording() {
 		return
 	}
 	var attrs []attribute.KeyValue
@@ -307,7 +318,7 @@ func (h traceIDHandler) Handle(ctx context.Context, r slog.Record) error {
 		// A map of its own, not the manager's lock: a line may be logged
 		// while that is held.
 		if v, ok := h.m.traced.Load(id); ok {
-			if sc := v.(trace.Span).SpanContext(); sc.IsValid() {
+			if sc := v.(*spanRef).span.SpanContext(); sc.IsValid() {
 				r = r.Clone()
 				r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 			}

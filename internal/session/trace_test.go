@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
@@ -172,7 +174,7 @@ func TestGenAISystemOfEveryKind(t *testing.T) {
 // test above).
 func TestPromptTraceCapturesContent(t *testing.T) {
 	coll := otlptest.Start(t)
-	tr, err := telemetry.Start(context.Background(), config.Telemetry{OTLP: config.OTLP{Endpoint: coll.Addr(), Insecure: true}}, telemetry.Options{})
+	tr, err := telemetry.Start(context.Background(), config.Telemetry{OTLP: config.OTLP{Endpoint: coll.Addr(), Insecure: true}}, telemetry.Options{BatchTimeout: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +238,43 @@ func TestPromptTraceCapturesContent(t *testing.T) {
 	}
 	if dump := coll.Dump(); strings.Contains(dump, traceSecret) || strings.Contains(dump, traceSecret[:12]) {
 		t.Error("the exported spans contain the credential's secret")
+	}
+}
+
+// A prompt whose caller's trace context is not sampled records nothing (the
+// SDK's default parent-based sampler): no prompt span, no attempt span; a
+// sampled one records both.
+func TestUnsampledPromptRecordsNothing(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	m := session.NewManager(session.Options{
+		Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo"}, Client: sim.New(sim.Options{})}},
+		Retry:     retry.DefaultSettings(),
+		Tracer:    tp.Tracer("test"),
+	})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	s := create(t, m, session.RetryOverrides{})
+	for _, sampled := range []bool{false, true} {
+		var flags trace.TraceFlags
+		if sampled {
+			flags = trace.FlagsSampled
+		}
+		parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: flags, Remote: true})
+		ctx, cancel := context.WithTimeout(trace.ContextWithRemoteSpanContext(context.Background(), parent), 10*time.Second)
+		_, sub, err := s.Prompt(ctx, "hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		readUntilEnd(t, sub)
+		sub.Close()
+		cancel()
+		want := 0
+		if sampled {
+			want = 2 // the prompt's span and its attempt's
+		}
+		if got := len(rec.Ended()); got != want {
+			t.Errorf("sampled %v: %d spans recorded, want %d", sampled, got, want)
+		}
 	}
 }
