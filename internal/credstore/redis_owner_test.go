@@ -131,7 +131,10 @@ func TestRedisOwnersRestoredAfterDataLoss(t *testing.T) {
 	}
 	waitFor(t, "restored", func() bool {
 		return c.HLen(ctx, "oloss:{prov:p}:own:A:creds").Val() == 2 && c.HLen(ctx, "oloss:{prov:p}:own:B:creds").Val() == 1 &&
-			c.HExists(ctx, "oloss:{prov:p}:own:A:blocks", "a1").Val() && c.SCard(ctx, "oloss:{prov:p}:owners").Val() == 2
+			c.HExists(ctx, "oloss:{prov:p}:own:A:blocks", "a1").Val() && c.SCard(ctx, "oloss:{prov:p}:owners").Val() == 2 &&
+			// What another replica lists from: the providers and the
+			// server's own credentials.
+			c.SIsMember(ctx, "oloss:providers", "p").Val() && c.HLen(ctx, "oloss:{prov:p}:creds").Val() == 1
 	})
 	s2 := newRedisStore(t, c, RedisOptions{KeyPrefix: "oloss:"})
 	if got := listed(t, s2, Filter{All: true}); got != "p:server/s1 p:A/a1 p:A/a2 p:B/a1" {
