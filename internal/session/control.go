@@ -134,28 +134,6 @@ func (s *Session) Snapshot(ctx context.Context) (State, error) {
 	return s.storedRunState(ctx, st), nil
 }
 
-func (s *Session) setAutoRetryShared(ctx context.Context, enabled bool) error {
-	owner, err := s.remoteOwner(ctx)
-	if err != nil {
-		return err
-	}
-	if owner != "" {
-		// The owner writes its settings back when its prompt ends.
-		return s.control(ctx, owner, Control{Op: OpSetAutoRetry, Enabled: enabled})
-	}
-	s.mu.Lock()
-	s.settings.Enabled = enabled
-	mu, running := s.mutableLocked(), s.running
-	s.mu.Unlock()
-	if running {
-		return nil
-	}
-	if err := s.m.store.Save(ctx, s.id, mu); err != nil {
-		return unavailable("save the session", err)
-	}
-	return nil
-}
-
 // ownerStateTimeout bounds how long Snapshot waits for the replica that
 // runs the session to tell its state. A live owner answers within
 // milliseconds; one that is gone (killed, cut off, or on a Redis Cluster

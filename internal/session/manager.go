@@ -195,6 +195,8 @@ type Manager struct {
 	runs    sync.WaitGroup
 	bg      sync.WaitGroup // pulls, the janitor and the mirrors' poller (shared store)
 
+	// rep is replication, the only way the session core reaches it.
+	rep replication
 	// The store's parts, each used by its side of the engine (shared.go).
 	store  Store
 	leases Leases
@@ -250,6 +252,7 @@ func NewManager(opts Options) *Manager {
 	for _, p := range opts.Providers {
 		m.providers[p.Name] = p
 	}
+	m.rep = replicas{}
 	m.baseCtx, m.stop = context.WithCancel(context.Background())
 	m.startShared()
 	return m
@@ -525,11 +528,11 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	if err != nil {
 		return err
 	}
-	if owner, err := s.remoteOwner(ctx); err != nil || owner != "" {
+	if owner, err := m.rep.owner(ctx, s); err != nil || owner != "" {
 		if err != nil {
 			return err
 		}
-		if err := s.control(ctx, owner, Control{Op: OpAbort, Cause: causeDeleted}); err != nil && !errors.Is(err, ErrUnavailable) {
+		if err := m.rep.forward(ctx, s, owner, Control{Op: OpAbort, Cause: causeDeleted}); err != nil && !errors.Is(err, ErrUnavailable) {
 			return err
 		}
 	}
@@ -552,6 +555,10 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 			waitErr = fmt.Errorf("the running prompt had not ended when the session was removed: %w", ctx.Err())
 		}
 	}
+	// Removed from the store first: a lookup meanwhile finds this copy
+	// (deleted) and no other, and a reader that looks the session up once
+	// its stream ends finds it gone.
+	rmErr := m.store.Remove(context.WithoutCancel(ctx), id, tenant)
 	m.mu.Lock()
 	delete(m.sessions, id)
 	m.mu.Unlock()
@@ -561,8 +568,8 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 			f.Forget(id)
 		}
 	}
-	if err := m.store.Remove(context.WithoutCancel(ctx), id, tenant); err != nil {
-		return unavailable("remove the session", err)
+	if rmErr != nil {
+		return unavailable("remove the session", rmErr)
 	}
 	return waitErr
 }

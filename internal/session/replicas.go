@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/agentd/agentd/internal/provider"
 )
 
 // Sessions and their store. The store (Redis shared by replicas, or this
@@ -31,6 +33,53 @@ import (
 //     prompts whose lease expired: it resumes a retry that was waiting in
 //     backoff, at its scheduled time, and ends any other prompt with "owner
 //     replica lost".
+
+// replicas implements replication (session.go).
+type replicas struct{}
+
+var _ replication = replicas{}
+
+func (replicas) begin(ctx context.Context, s *Session, promptID string, user provider.Message) (*Subscription, error) {
+	if err := s.acquireLocked(ctx, promptID, user); err != nil {
+		return nil, err
+	}
+	sub, err := s.log.subscribe(s.log.lastSeq())
+	if err != nil {
+		s.abandonRun(promptID)
+		return nil, err
+	}
+	return sub, nil
+}
+
+func (replicas) hold(s *Session, promptID string) (stop func()) { return s.keepLease(promptID) }
+
+func (replicas) schedule(s *Session, r Run, stripped int64) {
+	if r.Due.IsZero() {
+		s.saveRunLocked(r)
+		return
+	}
+	s.persistRetryLocked(r, stripped)
+}
+
+func (replicas) end(ctx context.Context, s *Session, promptID, outcome, errText string) {
+	s.finishSharedLocked(ctx, promptID, outcome, errText)
+}
+
+func (replicas) release(ctx context.Context, s *Session, promptID string) {
+	s.releaseAfterFlush(ctx, promptID)
+}
+
+func (replicas) idle(s *Session) { s.kickMirrorLocked() }
+
+func (replicas) owner(ctx context.Context, s *Session) (string, error) { return s.remoteOwner(ctx) }
+
+func (replicas) forward(ctx context.Context, s *Session, owner string, c Control) error {
+	return s.control(ctx, owner, c)
+}
+
+func (replicas) subscribe(ctx context.Context, s *Session, after uint64) (*Subscription, error) {
+	return s.subscribeShared(ctx, after)
+}
 
 // ErrUnavailable is a failure of the shared store, or of the replica that
 // runs a session; the call can be retried.

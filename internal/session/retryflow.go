@@ -292,7 +292,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	}
 	// Durable before it is announced: another replica resumes this retry
 	// at its due time if this one is lost meanwhile.
-	s.persistRetryLocked(Run{PromptID: promptID, Attempt: attempt, Due: s.m.opts.Now().Add(plan.Delay),
+	s.m.rep.schedule(s, Run{PromptID: promptID, Attempt: attempt, Due: s.m.opts.Now().Add(plan.Delay),
 		Class: string(v.Class), DelaySource: string(plan.Source), Credential: s.credential.ID, Calls: calls}, stripped)
 	// 10. auto_retry_start.
 	s.emit(Event{Type: EventAutoRetryStart, PromptID: promptID, Attempt: attempt, MaxAttempts: settings.MaxRetries + free,
@@ -363,7 +363,7 @@ func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, atte
 		return false, errMsg, stopNone
 	}
 	// Out of backoff: a replica taking over from now on ends the prompt.
-	s.saveRunLocked(Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls})
+	s.m.rep.schedule(s, Run{PromptID: promptID, Attempt: attempt, Credential: s.credential.ID, Calls: calls}, -1)
 	return true, "", stopNone
 }
 

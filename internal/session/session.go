@@ -24,6 +24,44 @@ const (
 	StatusRetrying  = "retrying"
 )
 
+// replication is what the session core asks of replication, which sits
+// beside it (replicas.go, lease.go, mirror.go, control.go, takeover.go,
+// fencing.go): the core calls it at these points only. Whatever the store
+// (Redis shared by replicas, or this process's own MemoryStore), a prompt
+// goes through all of them.
+type replication interface {
+	// begin takes s's lease for a prompt, with its run, its place among its
+	// tenant's prompts and the user message, in one step of the store;
+	// brings the working copy up to date; and subscribes to the prompt's
+	// events. Nothing stays taken when it fails. s.mu is held.
+	begin(ctx context.Context, s *Session, promptID string, user provider.Message) (*Subscription, error)
+	// hold keeps the lease while the prompt runs; stop ends it. A lease
+	// lost meanwhile fences the session (fencing.go).
+	hold(s *Session, promptID string) (stop func())
+	// schedule records the prompt's retry state in its stored run: a retry
+	// due at r.Due, or out of backoff (r.Due zero); stripped is the history
+	// index step 11 took off the runtime context (-1: none). s.mu is held.
+	schedule(s *Session, r Run, stripped int64)
+	// end writes the session back and marks the run as ending, before
+	// prompt_end goes out (the tenant's count no longer has the prompt).
+	// s.mu is held.
+	end(ctx context.Context, s *Session, promptID, outcome, errText string)
+	// release stores the prompt's last events and gives the lease back,
+	// after prompt_end. s.mu is not held.
+	release(ctx context.Context, s *Session, promptID string)
+	// idle is told that s runs nothing here any more. s.mu is held.
+	idle(s *Session)
+	// owner is the replica running s's prompt when it is another one; ""
+	// when it runs here or none runs.
+	owner(ctx context.Context, s *Session) (string, error)
+	// forward sends c to owner and maps its reply onto the session API's
+	// errors.
+	forward(ctx context.Context, s *Session, owner string, c Control) error
+	// subscribe follows s's events after seq after, from whichever replica
+	// runs its prompt.
+	subscribe(ctx context.Context, s *Session, after uint64) (*Subscription, error)
+}
+
 // Session is one conversation. Its methods are safe for concurrent use.
 type Session struct {
 	m       *Manager
@@ -180,7 +218,7 @@ func (s *Session) State() State {
 // Subscribe returns a reader of the session's events after seq after. With
 // a shared store the events come from whichever replica runs the session.
 func (s *Session) Subscribe(ctx context.Context, after uint64) (*Subscription, error) {
-	return s.subscribeShared(ctx, after)
+	return s.m.rep.subscribe(ctx, s, after)
 }
 
 // Subscribers is the number of readers following the session's events.
@@ -193,7 +231,25 @@ func (s *Session) Messages(ctx context.Context, offset, limit int) ([]Entry, int
 
 // SetAutoRetry writes the session's retry.enabled.
 func (s *Session) SetAutoRetry(ctx context.Context, enabled bool) error {
-	return s.setAutoRetryShared(ctx, enabled)
+	owner, err := s.m.rep.owner(ctx, s)
+	if err != nil {
+		return err
+	}
+	if owner != "" {
+		// The owner writes its settings back when its prompt ends.
+		return s.m.rep.forward(ctx, s, owner, Control{Op: OpSetAutoRetry, Enabled: enabled})
+	}
+	s.mu.Lock()
+	s.settings.Enabled = enabled
+	mu, running := s.mutableLocked(), s.running
+	s.mu.Unlock()
+	if running {
+		return nil
+	}
+	if err := s.m.store.Save(ctx, s.id, mu); err != nil {
+		return unavailable("save the session", err)
+	}
+	return nil
 }
 
 func (s *Session) setAutoRetry(enabled bool) {
@@ -206,11 +262,11 @@ func (s *Session) setAutoRetry(enabled bool) {
 // is not retrying it is a no-op. Outside the sleep (a retried call is
 // streaming) it ends the chain at that call's failure, if it fails.
 func (s *Session) AbortRetry(ctx context.Context) error {
-	if owner, err := s.remoteOwner(ctx); err != nil || owner != "" {
+	if owner, err := s.m.rep.owner(ctx, s); err != nil || owner != "" {
 		if err != nil {
 			return err
 		}
-		return s.control(ctx, owner, Control{Op: OpAbortRetry})
+		return s.m.rep.forward(ctx, s, owner, Control{Op: OpAbortRetry})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -243,11 +299,11 @@ func (s *Session) noteChainStopLocked(by stop) {
 // until the prompt has ended (or ctx is done). On an idle session it is a
 // no-op.
 func (s *Session) Abort(ctx context.Context) error {
-	if owner, err := s.remoteOwner(ctx); err != nil || owner != "" {
+	if owner, err := s.m.rep.owner(ctx, s); err != nil || owner != "" {
 		if err != nil {
 			return err
 		}
-		return s.control(ctx, owner, Control{Op: OpAbort, Cause: causeAborted})
+		return s.m.rep.forward(ctx, s, owner, Control{Op: OpAbort, Cause: causeAborted})
 	}
 	return s.abort(ctx, stopUser)
 }
@@ -383,12 +439,8 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 	user := provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: text}}}
 	// The lease, the prompt's place among its tenant's (until its
 	// prompt_end) and the user message are taken in one step of the store.
-	if err := s.acquireLocked(ctx, promptID, user); err != nil {
-		return "", nil, err
-	}
-	sub, err := s.log.subscribe(s.log.lastSeq())
+	sub, err := s.m.rep.begin(ctx, s, promptID, user)
 	if err != nil {
-		s.abandonRun(promptID)
 		return "", nil, err
 	}
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
@@ -462,7 +514,7 @@ func (s *Session) emit(e Event) {
 func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64, promptID string, res *resumePoint) {
 	defer s.m.runs.Done()
 	defer cancel()
-	stopLease := s.keepLease(promptID)
+	stopLease := s.m.rep.hold(s, promptID)
 	started := time.Now()
 	s.mu.Lock()
 	s.runSpent, s.runWasted = Spend{}, Spend{}
@@ -534,7 +586,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	defer cancelEnd()
 	// Frees the prompt's place among its tenant's too, before prompt_end:
 	// a client that saw it may start another.
-	s.finishSharedLocked(ectx, promptID, outcome, errText)
+	s.m.rep.end(ectx, s, promptID, outcome, errText)
 	s.emit(Event{Type: EventPromptEnd, PromptID: promptID, Outcome: outcome, Error: errText,
 		Usage: usagePtr(s.runSpent.Usage), CostUSD: s.runSpent.Cost(),
 		RetryUsage: usagePtr(s.runWasted.Usage), RetryCostUSD: s.runWasted.Cost()})
@@ -542,7 +594,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	s.m.opts.Observer.PromptEnded(outcome, time.Since(started))
 	s.ending = true
 	s.mu.Unlock()
-	s.releaseAfterFlush(ectx, promptID)
+	s.m.rep.release(ectx, s, promptID)
 	s.mu.Lock()
 	s.ending = false
 	if s.fenced {
@@ -550,7 +602,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		s.endFencedLocked()
 	}
 	s.running, s.cancelRun, s.promptID = false, nil, ""
-	s.kickMirrorLocked()
+	s.m.rep.idle(s)
 	close(s.runDone)
 	s.mu.Unlock()
 }

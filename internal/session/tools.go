@@ -131,12 +131,12 @@ func (s *Session) SubmitToolResults(ctx context.Context, results []ToolResult) e
 	if len(results) == 0 {
 		return invalid("results", "is empty")
 	}
-	owner, err := s.remoteOwner(ctx)
+	owner, err := s.m.rep.owner(ctx, s)
 	if err != nil {
 		return err
 	}
 	if owner != "" {
-		return s.control(ctx, owner, Control{Op: OpSubmitToolResults, Results: results})
+		return s.m.rep.forward(ctx, s, owner, Control{Op: OpSubmitToolResults, Results: results})
 	}
 	return s.submitToolResults(results)
 }
