@@ -846,7 +846,10 @@ func readAlerts(t *testing.T) ruleFile {
 // README, list every one.
 func TestChainOutcomesAgree(t *testing.T) {
 	const family = "agentd_retry_chains_ended_total"
-	known := session.ChainOutcomes
+	var known []string
+	for _, o := range session.ChainOutcomes {
+		known = append(known, string(o))
+	}
 	outcomeMatcher := regexp.MustCompile(`outcome\s*(?:=~|!~|!=|=)\s*"([^"]*)"`)
 	checkExpr := func(where, expr string) {
 		for _, sel := range selectorRef.FindAllStringSubmatch(expr, -1) {

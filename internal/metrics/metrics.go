@@ -329,7 +329,7 @@ func (m *Metrics) initialize() {
 		m.ModelProbes.WithLabelValues(o)
 	}
 	for _, o := range session.ChainOutcomes {
-		m.RetryChainsEnded.WithLabelValues(o)
+		m.RetryChainsEnded.WithLabelValues(string(o))
 	}
 	for c, sources := range BackoffSources {
 		for _, s := range sources {
@@ -446,8 +446,9 @@ func (m *Metrics) Takeover(outcome string) {
 }
 
 // ChainEnded implements session.Observer.
-func (m *Metrics) ChainEnded(outcome string) {
-	m.RetryChainsEnded.WithLabelValues(closed(outcome, session.ChainOutcomes)).Inc()
+func (m *Metrics) ChainEnded(outcome session.ChainOutcome) {
+	// The outcomes are a closed set already: the label is the outcome.
+	m.RetryChainsEnded.WithLabelValues(string(outcome)).Inc()
 }
 
 // CredentialSwitched implements session.Observer.

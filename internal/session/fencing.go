@@ -103,7 +103,7 @@ func (s *Session) fenceOnLocked(err error) {
 // does, and lets the log take events again (from the stored point on).
 func (s *Session) endFencedLocked() {
 	s.fenced, s.handoff = false, false
-	s.gateOpen, s.retryAborted, s.sleepCancel, s.retryAttempt, s.chainStop = false, false, nil, 0, stopNone
+	s.chain = chain{}
 	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
 	s.waiting = nil
 	s.running, s.cancelRun, s.promptID = false, nil, ""

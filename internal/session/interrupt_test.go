@@ -18,22 +18,22 @@ import (
 type chainCounter struct {
 	session.NopObserver
 	mu sync.Mutex
-	n  map[string]int
+	n  map[session.ChainOutcome]int
 }
 
-func (c *chainCounter) ChainEnded(outcome string) {
+func (c *chainCounter) ChainEnded(outcome session.ChainOutcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
-		c.n = map[string]int{}
+		c.n = map[session.ChainOutcome]int{}
 	}
 	c.n[outcome]++
 }
 
-func (c *chainCounter) counts() map[string]int {
+func (c *chainCounter) counts() map[session.ChainOutcome]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]int{}
+	out := map[session.ChainOutcome]int{}
 	for k, v := range c.n {
 		out[k] = v
 	}
@@ -48,7 +48,7 @@ func TestRetryInBackoffEndedByItsCause(t *testing.T) {
 		name                string
 		stop                func(t *testing.T, m *session.Manager, s *session.Session)
 		finalError, promErr string
-		outcome             string
+		outcome             session.ChainOutcome
 	}{
 		{"abort_retry", func(t *testing.T, m *session.Manager, s *session.Session) {
 			if err := s.AbortRetry(t.Context()); err != nil {

@@ -6,24 +6,28 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 )
 
+// ChainOutcome is how a retry chain ended (the label of
+// agentd_retry_chains_ended_total).
+type ChainOutcome string
+
 // Chain outcomes, as the Observer hears them.
 const (
-	ChainSuccess    = "success"
-	ChainMaxRetries = "max_retries"
-	ChainMaxDelay   = "max_delay"
-	ChainCancelled  = "cancelled" // the user's AbortRetry or Abort
+	ChainSuccess    ChainOutcome = "success"
+	ChainMaxRetries ChainOutcome = "max_retries"
+	ChainMaxDelay   ChainOutcome = "max_delay"
+	ChainCancelled  ChainOutcome = "cancelled" // the user's AbortRetry or Abort
 	// ChainInterrupted: ended by something other than the user or the
 	// retry policy — the server shutting down, the session deleted, its
 	// lease lost, its owner replica lost.
-	ChainInterrupted       = "interrupted"
-	ChainRefusalNoFallback = "refusal_no_fallback"
-	ChainDisabled          = "disabled"
-	ChainNotRetryable      = "not_retryable"
-	ChainBudgetExhausted   = "budget_exhausted" // the retry budget refused the retry
+	ChainInterrupted       ChainOutcome = "interrupted"
+	ChainRefusalNoFallback ChainOutcome = "refusal_no_fallback"
+	ChainDisabled          ChainOutcome = "disabled"
+	ChainNotRetryable      ChainOutcome = "not_retryable"
+	ChainBudgetExhausted   ChainOutcome = "budget_exhausted" // the retry budget refused the retry
 )
 
 // ChainOutcomes lists every chain outcome.
-var ChainOutcomes = []string{ChainSuccess, ChainMaxRetries, ChainMaxDelay, ChainCancelled,
+var ChainOutcomes = []ChainOutcome{ChainSuccess, ChainMaxRetries, ChainMaxDelay, ChainCancelled,
 	ChainInterrupted, ChainRefusalNoFallback, ChainDisabled, ChainNotRetryable, ChainBudgetExhausted}
 
 // What happens to a running prompt whose replica changes, as the Observer
@@ -77,7 +81,7 @@ type Observer interface {
 	// cancelled); inBackoff is +1 when a sleep starts and -1 when it ends.
 	BackoffSlept(class, source string, d time.Duration)
 	InBackoff(delta int)
-	ChainEnded(outcome string)
+	ChainEnded(outcome ChainOutcome)
 	CredentialSwitched(provider, reason string)
 	FallbackApplied(role string)
 	FallbackSucceeded(role string)
@@ -100,7 +104,7 @@ func (NopObserver) ModelCalled(Call)                           {}
 func (NopObserver) RetryScheduled(Retry)                       {}
 func (NopObserver) BackoffSlept(string, string, time.Duration) {}
 func (NopObserver) InBackoff(int)                              {}
-func (NopObserver) ChainEnded(string)                          {}
+func (NopObserver) ChainEnded(ChainOutcome)                    {}
 func (NopObserver) CredentialSwitched(string, string)          {}
 func (NopObserver) FallbackApplied(string)                     {}
 func (NopObserver) FallbackSucceeded(string)                   {}

@@ -43,6 +43,18 @@ func spendsBudget(switched, reasoningFix, allBlocked bool, v retry.Verdict) bool
 	return !switched && !reasoningFix && !allBlocked && v.Class != retry.ClassStaleReplay
 }
 
+// chain is the state of a prompt's retry chain (docs/retry-policy.md §5):
+// the attempt counter, the gate, the backoff sleep's cancel and what
+// stopped the chain. One value, reset whole (chain{}) when the chain ends
+// and when the prompt does.
+type chain struct {
+	attempt     int
+	open        bool          // a retry chain is in progress (isRetrying)
+	sleepCancel chan struct{} // closed by AbortRetry to cancel the backoff sleep
+	aborted     bool          // AbortRetry arrived outside the sleep: end the chain at the next failure
+	stop        stop          // what closed sleepCancel or set aborted (first one wins)
+}
+
 // A stop is what stopped a run, or its retry chain, from outside the model
 // calls. Only the user's is a cancellation: the others are interruptions,
 // and their final errors say what ended the chain.
@@ -78,7 +90,7 @@ func (c stop) finalError() string {
 }
 
 // chainOutcome is the Observer's outcome of a retry chain the stop ended.
-func (c stop) chainOutcome() string {
+func (c stop) chainOutcome() ChainOutcome {
 	switch c {
 	case stopShutdown, stopDeleted, stopLeaseLost:
 		return ChainInterrupted
@@ -123,8 +135,8 @@ func stopOfCause(cause string) stop {
 // takeChainStopLocked returns what cancelled the retry chain (AbortRetry
 // when nothing else did) and clears it.
 func (s *Session) takeChainStopLocked() stop {
-	c := s.chainStop
-	s.chainStop = stopNone
+	c := s.chain.stop
+	s.chain.stop = stopNone
 	if c == stopNone {
 		c = stopUser
 	}
@@ -152,22 +164,22 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		s.endChainIfOpen(promptID, ChainDisabled, errMsg)
 		return false, errMsg, stopNone
 	}
-	if s.retryAborted {
+	if s.chain.aborted {
 		// AbortRetry (or an abort) arrived while this retried call was
 		// streaming.
-		s.retryAborted = false
+		s.chain.aborted = false
 		by := s.takeChainStopLocked()
 		s.mu.Unlock()
 		s.endChainIfOpen(promptID, by.chainOutcome(), by.finalError())
 		return false, by.finalError(), by
 	}
 	// 3. Count the attempt. 4. Open the gate once per chain.
-	if s.retryAttempt == 0 {
+	if s.chain.attempt == 0 {
 		s.freeRetries, s.reasoningRetried = 0, false
 	}
-	s.retryAttempt++
-	attempt := s.retryAttempt
-	s.gateOpen = true
+	s.chain.attempt++
+	attempt := s.chain.attempt
+	s.chain.open = true
 	// Reasoning state the provider refused although its origin matched the
 	// call (the account of a key changed, say): stripped, or thinking off
 	// for the open tool loop, and retried once at once, outside
@@ -268,10 +280,10 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		s.mu.Unlock()
 		return false, errMsg, stopNone
 	}
-	if s.retryAborted {
+	if s.chain.aborted {
 		// AbortRetry arrived while steps 7–8 ran (the gate was open, no sleep
 		// yet): the retry is cancelled before it starts.
-		s.retryAborted = false
+		s.chain.aborted = false
 		by := s.takeChainStopLocked()
 		s.endChainLocked(promptID, by.chainEnd(attempt))
 		s.mu.Unlock()
@@ -299,7 +311,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		Delay: plan.Delay, DelaySource: string(plan.Source), ErrorMessage: errMsg, ErrorClass: v.EventClass()})
 	// 12. Sleep, cancellable by AbortRetry (and so by Abort).
 	cancel := make(chan struct{})
-	s.sleepCancel = cancel
+	s.chain.sleepCancel = cancel
 	obs := s.m.opts.Observer
 	obs.RetryScheduled(Retry{SessionID: s.id, Provider: p.Name, Model: model, Credential: s.credential.ID,
 		Attempt: attempt, Class: string(v.Class), Source: string(plan.Source), Delay: plan.Delay})
@@ -349,8 +361,8 @@ func (s *Session) backoff(ctx context.Context, gen uint64, promptID string, atte
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sleepCancel == cancel {
-		s.sleepCancel = nil
+	if s.chain.sleepCancel == cancel {
+		s.chain.sleepCancel = nil
 	}
 	if cancelled {
 		by := s.takeChainStopLocked()

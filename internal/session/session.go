@@ -122,14 +122,8 @@ type Session struct {
 	freeRetries      int
 	reasoningRetried bool
 
-	// The retry chain (docs/retry-policy.md §5: the attempt counter, the
-	// gate, the sleep's cancel).
-	retryAttempt int
-	gateOpen     bool          // a retry chain is in progress (isRetrying)
-	sleepCancel  chan struct{} // closed by AbortRetry to cancel the backoff sleep
-	retryAborted bool          // AbortRetry arrived outside the sleep: end the chain at the next failure
-	chainStop    stop          // what closed sleepCancel or set retryAborted (first one wins)
-	credential   provider.Credential
+	chain      chain // the retry chain's state (retryflow.go)
+	credential provider.Credential
 	// switchedTo is the sibling a usage limit switched to (step 7): the
 	// store picked it in the same round trip that blocked the credential,
 	// so the retry's call uses it without picking again. One call only.
@@ -195,7 +189,7 @@ func (s *Session) State() State {
 	defer s.mu.Unlock()
 	st := State{
 		ID: s.id, Tenant: s.tenant, Model: s.model, PrimaryModel: s.primary, Role: s.role,
-		SystemPrompt: s.system, IsRetrying: s.gateOpen, RetryAttempt: s.retryAttempt,
+		SystemPrompt: s.system, IsRetrying: s.chain.open, RetryAttempt: s.chain.attempt,
 		Retry: s.settings, Tools: s.tools, Params: s.params, Created: s.created, LastSeq: s.log.lastSeq(),
 		MessageCount: s.entries, Status: StatusIdle, Usage: s.spent.Usage, CostUSD: s.spent.Cost(),
 	}
@@ -207,7 +201,7 @@ func (s *Session) State() State {
 		}
 	}
 	switch {
-	case s.gateOpen:
+	case s.chain.open:
 		st.Status = StatusRetrying
 	case s.running && !s.ending:
 		st.Status = StatusStreaming
@@ -277,21 +271,21 @@ func (s *Session) AbortRetry(ctx context.Context) error {
 // abortRetryLocked cancels the retry chain's backoff sleep, or ends the
 // chain at the next failure; by is what cancels it (its final error).
 func (s *Session) abortRetryLocked(by stop) {
-	if s.sleepCancel != nil {
-		close(s.sleepCancel)
-		s.sleepCancel = nil
+	if s.chain.sleepCancel != nil {
+		close(s.chain.sleepCancel)
+		s.chain.sleepCancel = nil
 		s.noteChainStopLocked(by)
 		return
 	}
-	if s.gateOpen {
-		s.retryAborted = true
+	if s.chain.open {
+		s.chain.aborted = true
 		s.noteChainStopLocked(by)
 	}
 }
 
 func (s *Session) noteChainStopLocked(by stop) {
-	if s.chainStop == stopNone {
-		s.chainStop = by
+	if s.chain.stop == stopNone {
+		s.chain.stop = by
 	}
 }
 
@@ -412,7 +406,7 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 	switch {
 	case s.deleted:
 		return "", nil, fmt.Errorf("%w: %s", ErrNotFound, s.id)
-	case s.gateOpen:
+	case s.chain.open:
 		return "", nil, fmt.Errorf("%w: a retry chain is in progress (AbortRetry or Abort it first)", ErrBusy)
 	case s.running:
 		return "", nil, fmt.Errorf("%w: a prompt is running (wait for its prompt_end or Abort it)", ErrBusy)
@@ -444,7 +438,7 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 		return "", nil, err
 	}
 	runCtx, cancel := context.WithCancel(s.m.baseCtx)
-	s.running, s.promptID, s.cancelRun, s.abortCause, s.chainStop = true, promptID, cancel, stopNone, stopNone
+	s.running, s.promptID, s.cancelRun, s.abortCause, s.chain = true, promptID, cancel, stopNone, chain{}
 	s.runParams, s.thinkingOff, s.reasoningRetried = params, false, false
 	if s.m.opts.Tracer != nil {
 		s.runTrace = trace.SpanContextFromContext(ctx)
@@ -564,7 +558,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		s.mu.Unlock()
 		s.handOver()
 		s.mu.Lock()
-		s.gateOpen, s.retryAborted, s.sleepCancel, s.retryAttempt, s.chainStop = false, false, nil, 0, stopNone
+		s.chain = chain{}
 		s.running, s.cancelRun, s.promptID = false, nil, ""
 		close(s.runDone)
 		s.mu.Unlock()
@@ -579,8 +573,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	s.closeDanglingToolCallsLocked(ctx, promptID)
 	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
 	// Every exit path resolves the gate.
-	s.gateOpen, s.retryAborted, s.sleepCancel, s.chainStop = false, false, nil, stopNone
-	s.retryAttempt = 0
+	s.chain = chain{}
 	// The ending's writes (Finish, then Flush and EndRun) share one bound.
 	ectx, cancelEnd := context.WithTimeout(context.Background(), s.m.leaseTTL())
 	defer cancelEnd()
@@ -1002,12 +995,12 @@ func (s *Session) chainSucceeded(promptID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reasoningRetried = false
-	if s.retryAttempt > 0 {
+	if s.chain.attempt > 0 {
 		if s.fallback != nil && s.model != s.fallback.original {
 			s.emit(Event{Type: EventRetryFallbackSucceeded, PromptID: promptID, Model: s.model, Role: s.fallback.role})
 			s.m.opts.Observer.FallbackSucceeded(s.fallback.role)
 		}
-		s.endChainLocked(promptID, chainEnd{outcome: ChainSuccess, attempt: s.retryAttempt, keepGate: true})
+		s.endChainLocked(promptID, chainEnd{outcome: ChainSuccess, attempt: s.chain.attempt, keepGate: true})
 	}
 }
 
@@ -1024,18 +1017,18 @@ func (s *Session) runStop() stop {
 
 // endChainIfOpen ends a retry chain that a non-retried stop interrupts, so
 // that every auto_retry_start is followed by an auto_retry_end.
-func (s *Session) endChainIfOpen(promptID, outcome, finalError string) {
+func (s *Session) endChainIfOpen(promptID string, outcome ChainOutcome, finalError string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.retryAttempt > 0 {
-		s.endChainLocked(promptID, chainEnd{outcome: outcome, attempt: s.retryAttempt, final: finalError})
+	if s.chain.attempt > 0 {
+		s.endChainLocked(promptID, chainEnd{outcome: outcome, attempt: s.chain.attempt, final: finalError})
 	}
-	s.retryAttempt, s.gateOpen, s.retryAborted, s.chainStop = 0, false, false, stopNone
+	s.chain = chain{} // no sleep is under way: its own goroutine is here
 }
 
 // A chainEnd is how a retry chain ended.
 type chainEnd struct {
-	outcome string // one of the Chain outcomes
+	outcome ChainOutcome
 	attempt int    // the attempt auto_retry_end reports
 	final   string // the final error ("" on success)
 	// quiet: the chain announced no retry, so no auto_retry_end (a refusal
@@ -1052,9 +1045,9 @@ func (s *Session) endChainLocked(promptID string, e chainEnd) {
 	if !e.quiet {
 		s.emit(Event{Type: EventAutoRetryEnd, PromptID: promptID, Success: e.outcome == ChainSuccess, Attempt: e.attempt, FinalError: e.final})
 	}
-	s.retryAttempt = 0
+	s.chain.attempt = 0
 	if !e.keepGate {
-		s.gateOpen = false
+		s.chain.open = false
 	}
 	if s.fenced {
 		// The chain goes on, or ends, on the replica taking the prompt over.

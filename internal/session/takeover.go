@@ -130,7 +130,7 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	}
 	if run.Attempt > 0 && !run.Due.IsZero() {
 		res = &resumePoint{attempt: run.Attempt, due: run.Due, class: run.Class, source: run.DelaySource, calls: run.Calls}
-		s.retryAttempt, s.gateOpen = run.Attempt, true
+		s.chain.attempt, s.chain.open = run.Attempt, true
 		run.Replica = m.bus.ReplicaID()
 		if err := m.leases.SaveRun(ctx, id, run); err != nil {
 			m.log.Warn("janitor: run not recorded", "session", id, "err", err)
@@ -145,7 +145,7 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 		res = m.lostPoint(ctx, id, run, rec.LastSeq)
 	}
 	runCtx, cancel := context.WithCancel(m.baseCtx)
-	s.running, s.promptID, s.cancelRun, s.abortCause, s.chainStop = true, run.PromptID, cancel, stopNone, stopNone
+	s.running, s.promptID, s.cancelRun, s.abortCause, s.chain.stop = true, run.PromptID, cancel, stopNone, stopNone
 	s.runDone = make(chan struct{})
 	if res.lost {
 		m.opts.Observer.Takeover(TakeoverEnded)
@@ -253,7 +253,7 @@ func (m *Manager) lostPoint(ctx context.Context, id string, run Run, lastSeq uin
 func (s *Session) resume(ctx context.Context, gen uint64, promptID string, r *resumePoint) (outcome, errText string) {
 	s.mu.Lock()
 	cancel := make(chan struct{})
-	s.sleepCancel = cancel
+	s.chain.sleepCancel = cancel
 	s.mu.Unlock()
 	if cont, final, by := s.backoff(ctx, gen, promptID, r.attempt, r.class, r.source, max(r.due.Sub(s.m.opts.Now()), 0), cancel, "", r.calls); !cont {
 		if ctx.Err() != nil || by != stopNone {
@@ -298,7 +298,7 @@ func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, res
 // handOffLocked stops a run waiting in backoff so that another replica
 // resumes it (a replica shutting down). It reports whether it did.
 func (s *Session) handOffLocked() bool {
-	if s.m.ownStore || !s.running || s.sleepCancel == nil || s.ending {
+	if s.m.ownStore || !s.running || s.chain.sleepCancel == nil || s.ending {
 		return false
 	}
 	s.handoff = true
