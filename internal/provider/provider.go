@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/agentd/agentd/internal/retry"
 )
 
 // Kinds of provider, as named in the configuration.
@@ -49,11 +51,11 @@ const (
 	DetailSensitive = "sensitive"
 	// DetailInterruptedAfterContent marks a stream that failed after it had
 	// already produced observable output.
-	DetailInterruptedAfterContent = "STREAM_INTERRUPTED_AFTER_CONTENT"
+	DetailInterruptedAfterContent = retry.StopDetailStreamInterrupted
 )
 
 // AbortedMessage is the error message of a call cancelled by its context.
-const AbortedMessage = "Request was aborted"
+const AbortedMessage = retry.GenericAbortSentinel
 
 // Block types.
 const (

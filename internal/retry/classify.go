@@ -103,7 +103,9 @@ func (c Class) Retryable() bool {
 
 // StopDetailStreamInterrupted is the stop detail a stream gets when it failed
 // after emitting content; such a turn is never replayed (except refusals).
-const StopDetailStreamInterrupted = "stream_interrupted_after_content"
+// It is matched in any case (the reference spells it in lower case); this
+// spelling is the one agentd's providers report and its API shows.
+const StopDetailStreamInterrupted = "STREAM_INTERRUPTED_AFTER_CONTENT"
 
 // GenericAbortSentinel is the error message of a content-less aborted stop that
 // was not caused by the user (docs/retry-policy.md §1.6).

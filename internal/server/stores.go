@@ -16,6 +16,7 @@ import (
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/redisconn"
+	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/retrybudget"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/sessionstore"
@@ -197,11 +198,7 @@ func (a credentialAdapter) UsageLimited(ctx context.Context, tenant, providerNam
 	sw, err := a.store.UsageLimited(ctx, tenant, providerName, credID, window, fromProvider, reason)
 	a.metrics.StoreOp(a.backend, "block", err)
 	if err == nil {
-		why := "estimate"
-		if fromProvider {
-			why = "hint"
-		}
-		a.metrics.CredentialBlocked(providerName, why)
+		a.metrics.CredentialBlocked(providerName, string(retry.BasisOf(fromProvider)))
 		if sw.Redeemed {
 			a.metrics.BankedResetRedeemed(providerName)
 		}

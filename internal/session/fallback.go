@@ -124,10 +124,10 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 func (s *Session) maybeRevert(ctx context.Context, promptID string) {
 	s.mu.Lock()
 	fb := s.fallback
-	policy := s.settings.FallbackRevertPolicy
+	reverts := s.settings.RevertsOnCooldownExpiry()
 	current := s.model
 	s.mu.Unlock()
-	if fb == nil || fb.pinned || policy == retry.RevertNever {
+	if fb == nil || fb.pinned || !reverts {
 		return
 	}
 	if s.suppressed(ctx, fb.original) {

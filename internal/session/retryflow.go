@@ -191,7 +191,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	}
 	free := s.freeRetries
 	// 5. Past maxRetries: final failure, reporting the last attempted retry.
-	if attempt-free > settings.MaxRetries {
+	if settings.Exhausted(attempt - free) {
 		s.endChainLocked(promptID, chainEnd{outcome: ChainMaxRetries, attempt: attempt - 1, final: errMsg})
 		s.mu.Unlock()
 		return false, errMsg, stopNone
@@ -220,11 +220,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		}
 		if sw.Switched {
 			switched = true
-			reason := "estimate"
-			if !v.UsageWindowEstimated {
-				reason = "hint"
-			}
-			s.m.opts.Observer.CredentialSwitched(p.Name, reason)
+			s.m.opts.Observer.CredentialSwitched(p.Name, string(v.WindowBasis()))
 			s.mu.Lock()
 			s.credential = sw.To
 			s.switchedTo.provider, s.switchedTo.cred = p.Name, sw.To

@@ -776,8 +776,7 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 			s.avoidedPaced(p.Name, "") // it waits for a credential
 			// Every sibling is usage-limited: a usage limit whose wait is the
 			// earliest unblock (step 7 without a switch).
-			v := retry.Verdict{Class: retry.ClassUsageLimit, Retryable: true, Underlying: retry.ClassUsageLimit,
-				UsageWindow: retry.DefaultUsageWindow, UsageWindowEstimated: true, Reason: "every credential is blocked"}
+			v := retry.AllCredentialsBlocked()
 			t := s.finishCall(ctx, promptID, model, origin, res, &v)
 			t.allBlocked, t.allBlockedFor = true, max(blocked.In, 0)
 			return t
