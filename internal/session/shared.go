@@ -291,37 +291,44 @@ type Run struct {
 
 // Control is a call one replica makes to the owner of a session.
 type Control struct {
-	Op        string       `json:"op"` // one of the Op constants
+	Op        ControlOp    `json:"op"`
 	SessionID string       `json:"sessionId"`
 	Enabled   bool         `json:"enabled,omitempty"` // OpSetAutoRetry
 	Cause     string       `json:"cause,omitempty"`   // OpAbort
 	Results   []ToolResult `json:"results,omitempty"` // OpSubmitToolResults
 }
 
+// ControlOp is what a Control asks of the owner.
+type ControlOp string
+
 // Control operations.
 const (
-	OpState             = "state"
-	OpAbortRetry        = "abort_retry"
-	OpAbort             = "abort"
-	OpSubmitToolResults = "submit_tool_results"
-	OpSetAutoRetry      = "set_auto_retry"
+	OpState             ControlOp = "state"
+	OpAbortRetry        ControlOp = "abort_retry"
+	OpAbort             ControlOp = "abort"
+	OpSubmitToolResults ControlOp = "submit_tool_results"
+	OpSetAutoRetry      ControlOp = "set_auto_retry"
 )
 
 // Reply is the owner's answer to a Control.
 type Reply struct {
-	// Err is the error kind, "" for success: one of the Reply constants.
-	Err   string `json:"err,omitempty"`
-	Field string `json:"field,omitempty"` // ReplyInvalid
-	Msg   string `json:"msg,omitempty"`
-	State *State `json:"state,omitempty"` // OpState
+	// Err is the error kind, "" for success.
+	Err   ReplyErr `json:"err,omitempty"`
+	Field string   `json:"field,omitempty"` // ReplyInvalid
+	Msg   string   `json:"msg,omitempty"`
+	State *State   `json:"state,omitempty"` // OpState
 }
+
+// ReplyErr is the kind of error a Reply reports (it crosses replicas as
+// JSON: a string on the wire, a type here).
+type ReplyErr string
 
 // Reply error kinds.
 const (
-	ReplyInvalid    = "invalid"
-	ReplyNotWaiting = "not_waiting"
-	ReplyNotOwner   = "not_owner"
-	ReplyOther      = "other"
+	ReplyInvalid    ReplyErr = "invalid"
+	ReplyNotWaiting ReplyErr = "not_waiting"
+	ReplyNotOwner   ReplyErr = "not_owner"
+	ReplyOther      ReplyErr = "other"
 )
 
 // ErrFenced: the store refused a write of a prompt because the session's

@@ -247,7 +247,7 @@ func TestConformanceControl(t *testing.T) {
 		ctx := testCtx(t)
 		a, b := replica(t), replica(t)
 		b.Serve(func(_ context.Context, c session.Control) session.Reply {
-			return session.Reply{Msg: c.Op + " " + c.SessionID}
+			return session.Reply{Msg: string(c.Op) + " " + c.SessionID}
 		})
 		rep, err := a.Call(ctx, b.ReplicaID(), session.Control{Op: session.OpState, SessionID: "ses_x"})
 		if err != nil || rep.Msg != "state ses_x" {
