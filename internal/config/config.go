@@ -732,29 +732,20 @@ func (l *Limits) finish(maxPromptBytes int) error {
 // RetrySettings returns the server-wide retry settings: the retry policy's
 // defaults with the file's values applied.
 func (c *Config) RetrySettings() (retry.Settings, error) {
-	s := retry.DefaultSettings()
 	r := c.Retry
-	if r.Enabled != nil {
-		s.Enabled = *r.Enabled
-	}
-	if r.MaxRetries != nil {
-		s.MaxRetries = *r.MaxRetries
-	}
+	o := retry.Overrides{Enabled: r.Enabled, MaxRetries: r.MaxRetries, ModelFallback: r.ModelFallback, FallbackChains: r.FallbackChains}
 	if r.BaseDelayMs != nil {
-		s.BaseDelay = time.Duration(*r.BaseDelayMs) * time.Millisecond
+		d := time.Duration(*r.BaseDelayMs) * time.Millisecond
+		o.BaseDelay = &d
 	}
 	if r.MaxDelayMs != nil {
-		s.MaxDelay = time.Duration(*r.MaxDelayMs) * time.Millisecond
-	}
-	if r.ModelFallback != nil {
-		s.ModelFallback = *r.ModelFallback
-	}
-	if r.FallbackChains != nil {
-		s.FallbackChains = r.FallbackChains
+		d := time.Duration(*r.MaxDelayMs) * time.Millisecond
+		o.MaxDelay = &d
 	}
 	if r.FallbackRevertPolicy != "" {
-		s.FallbackRevertPolicy = r.FallbackRevertPolicy
+		o.FallbackRevertPolicy = &r.FallbackRevertPolicy
 	}
+	s := retry.DefaultSettings().With(o)
 	s.OverflowFallback = r.OverflowFallback
 	if err := s.Validate(); err != nil {
 		return s, fmt.Errorf("config: %w", err)

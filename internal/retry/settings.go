@@ -39,6 +39,45 @@ type Settings struct {
 	OverflowFallback bool
 }
 
+// Overrides are settings to change, nil (or a nil map) for each to keep:
+// the configuration file's over the defaults, a session's over the
+// server's. Settings.With applies them: the one place settings merge.
+type Overrides struct {
+	Enabled              *bool
+	MaxRetries           *int
+	BaseDelay            *time.Duration
+	MaxDelay             *time.Duration
+	ModelFallback        *bool
+	FallbackChains       map[string][]string
+	FallbackRevertPolicy *string
+}
+
+// With returns s with o's settings applied (not validated: see Validate).
+func (s Settings) With(o Overrides) Settings {
+	if o.Enabled != nil {
+		s.Enabled = *o.Enabled
+	}
+	if o.MaxRetries != nil {
+		s.MaxRetries = *o.MaxRetries
+	}
+	if o.BaseDelay != nil {
+		s.BaseDelay = *o.BaseDelay
+	}
+	if o.MaxDelay != nil {
+		s.MaxDelay = *o.MaxDelay
+	}
+	if o.ModelFallback != nil {
+		s.ModelFallback = *o.ModelFallback
+	}
+	if o.FallbackChains != nil {
+		s.FallbackChains = o.FallbackChains
+	}
+	if o.FallbackRevertPolicy != nil {
+		s.FallbackRevertPolicy = *o.FallbackRevertPolicy
+	}
+	return s
+}
+
 // DefaultSettings returns the retry policy's defaults: enabled, 10
 // retries, 500 ms base delay, 300000 ms (5 min) max delay, model fallback on,
 // no chains, revert on cooldown expiry.

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,22 @@ func TestSettingsValidate(t *testing.T) {
 				t.Errorf("Validate() reported %d problems (%q), want %d", n, err, len(tc.want))
 			}
 		})
+	}
+}
+
+// With applies what is set and keeps the rest.
+func TestSettingsWith(t *testing.T) {
+	five, off, never := 5, false, RevertNever
+	d := 2 * time.Second
+	s := DefaultSettings().With(Overrides{MaxRetries: &five, BaseDelay: &d, ModelFallback: &off, FallbackRevertPolicy: &never,
+		FallbackChains: map[string][]string{"default": {"a/b"}}})
+	want := DefaultSettings()
+	want.MaxRetries, want.BaseDelay, want.ModelFallback, want.FallbackRevertPolicy = 5, d, false, RevertNever
+	want.FallbackChains = map[string][]string{"default": {"a/b"}}
+	if !reflect.DeepEqual(s, want) {
+		t.Errorf("With = %+v, want %+v", s, want)
+	}
+	if got := DefaultSettings().With(Overrides{}); !reflect.DeepEqual(got, DefaultSettings()) {
+		t.Errorf("With(nothing) = %+v", got)
 	}
 }

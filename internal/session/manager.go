@@ -272,15 +272,7 @@ type CreateParams struct {
 }
 
 // RetryOverrides are per-session overrides of the server's retry settings.
-type RetryOverrides struct {
-	Enabled              *bool
-	MaxRetries           *int
-	BaseDelay            *time.Duration
-	MaxDelay             *time.Duration
-	ModelFallback        *bool
-	FallbackChains       map[string][]string
-	FallbackRevertPolicy *string
-}
+type RetryOverrides = retry.Overrides
 
 var (
 	rolePattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -402,28 +394,7 @@ func (m *Manager) providerNames() []string {
 }
 
 func (m *Manager) applyOverrides(o RetryOverrides) (retry.Settings, error) {
-	s := m.opts.Retry
-	if o.Enabled != nil {
-		s.Enabled = *o.Enabled
-	}
-	if o.MaxRetries != nil {
-		s.MaxRetries = *o.MaxRetries
-	}
-	if o.BaseDelay != nil {
-		s.BaseDelay = *o.BaseDelay
-	}
-	if o.MaxDelay != nil {
-		s.MaxDelay = *o.MaxDelay
-	}
-	if o.ModelFallback != nil {
-		s.ModelFallback = *o.ModelFallback
-	}
-	if o.FallbackChains != nil {
-		s.FallbackChains = o.FallbackChains
-	}
-	if o.FallbackRevertPolicy != nil {
-		s.FallbackRevertPolicy = *o.FallbackRevertPolicy
-	}
+	s := m.opts.Retry.With(o)
 	if err := s.Validate(); err != nil {
 		return s, &InvalidError{Field: "retry", Msg: err.Error()}
 	}
