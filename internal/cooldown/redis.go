@@ -72,7 +72,7 @@ return out
 `)
 
 // NewRedis returns the shared registry; client must have bounded timeouts
-// (credstore.ClientOptions). now is the local clock of returned times.
+// (redisconn.ClientOptions). now is the local clock of returned times.
 func NewRedis(client redis.Scripter, keyPrefix string, now func() time.Time) *Redis {
 	if now == nil {
 		now = time.Now

@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 
 func newClient(t *testing.T, addr string, timeout time.Duration) redis.UniversalClient {
 	t.Helper()
-	c := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, timeout))
+	c := redis.NewUniversalClient(redisconn.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, timeout))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
