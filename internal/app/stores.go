@@ -310,7 +310,7 @@ func (p startPicker) StartPick(ctx context.Context, id string, ttl time.Duration
 	c, ok, perr := result()
 	if perr != nil || !ok {
 		// The call picks again (and reports what the store says).
-		return res, session.Picked{}, nil
+		return res, session.Picked{}, nil //nolint:nilerr // the start succeeded; only its pick is redone
 	}
 	p.metrics.StoreOp("redis", "pick", nil)
 	return res, session.Picked{Credential: c, OK: true}, nil

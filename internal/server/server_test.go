@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -86,7 +87,7 @@ func collect(t *testing.T, stream grpc.ServerStreamingClient[agentdv1.Event]) []
 	var evs []*agentdv1.Event
 	for {
 		e, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return evs
 		}
 		if err != nil {
@@ -675,7 +676,7 @@ func TestManySessionsPromptAtOnce(t *testing.T) {
 			var seq uint64
 			for {
 				e, err := stream.Recv()
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					break
 				}
 				if err != nil {
@@ -949,7 +950,7 @@ func TestToolLoopOverGRPC(t *testing.T) {
 	var evs []*agentdv1.Event
 	for {
 		e, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

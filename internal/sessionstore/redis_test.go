@@ -1062,12 +1062,12 @@ func TestStartAlsoOtherScriptUnknown(t *testing.T) {
 	_, err := a.Create(ctx, record("ses_also", "t1"), 0)
 	must(t, err)
 	// The start script is known to the server (loaded by a first start).
-	res, err := a.Start(ctx, "ses_also", time.Minute, session.Run{PromptID: "p0"}, nil, session.PromptSlot{}, 0)
+	_, err = a.Start(ctx, "ses_also", time.Minute, session.Run{PromptID: "p0"}, nil, session.PromptSlot{}, 0)
 	must(t, err)
 	must(t, a.EndRun(ctx, "ses_also", session.PromptSlot{}))
 	unknown := redis.NewScript("return 'never loaded " + fmt.Sprint(time.Now().UnixNano()) + "'")
 	var other *redis.Cmd
-	res, err = a.StartAlso(ctx, "ses_also", time.Minute, session.Run{PromptID: "p1"}, nil, session.PromptSlot{}, 0,
+	res, err := a.StartAlso(ctx, "ses_also", time.Minute, session.Run{PromptID: "p1"}, nil, session.PromptSlot{}, 0,
 		func(ctx context.Context, pipe redis.Pipeliner) {
 			other = unknown.EvalSha(ctx, pipe, []string{"t:{ses_also}:x"})
 		})
