@@ -11,6 +11,9 @@ BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION       := v2.33.0
+# Pinned linters (see README, "Linting").
+STATICCHECK_VERSION        := v0.8.2
+GOLANGCI_LINT_VERSION      := v2.15.0
 
 .PHONY: help
 help: ## Show the targets
@@ -25,7 +28,7 @@ build: ## Build bin/agentd
 	go build -o bin/agentd ./cmd/agentd
 
 .PHONY: test
-test: vet lint checkgenerate ## vet, buf lint, generated-code check, then every test with -race, then the browser tests
+test: vet lint checkgenerate ## vet, lint (buf, staticcheck, golangci-lint), generated-code check, then every test with -race, then the browser tests
 	go test -race -count=1 -timeout 15m ./...
 	@$(MAKE) --no-print-directory test-browser
 	@$(MAKE) --no-print-directory test-summary
@@ -35,6 +38,8 @@ test: vet lint checkgenerate ## vet, buf lint, generated-code check, then every 
 test-summary:
 	@missing=""; \
 	command -v buf >/dev/null || missing="$$missing\n  buf lint and the generated-code check (make tools)"; \
+	command -v staticcheck >/dev/null || missing="$$missing\n  staticcheck (make tools)"; \
+	command -v golangci-lint >/dev/null || missing="$$missing\n  golangci-lint (make tools)"; \
 	command -v redis-server >/dev/null || missing="$$missing\n  the Redis tests: credential, session and topology stores (apt-get install redis-server)"; \
 	{ [ -x "$(CHROMIUM)" ] && command -v npm >/dev/null; } || missing="$$missing\n  the browser tests (apt-get install chromium npm)"; \
 	command -v promtool >/dev/null || missing="$$missing\n  promtool's checks of the alert rules (deploy/prometheus)"; \
@@ -81,16 +86,37 @@ vet: ## go vet and gofmt
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: tools
-tools: ## Install the pinned code generators into GOBIN
+tools: ## Install the pinned code generators and linters into GOBIN
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
+# A linter that is not installed is skipped with a note (make tools), but
+# not in CI, which installs them.
 .PHONY: lint
-lint: ## buf lint (skipped with a note when buf is not installed: make tools)
+lint: ## buf lint, staticcheck, golangci-lint (.golangci.yml); each skipped with a note when not installed (make tools)
 	@if command -v buf >/dev/null; then buf lint; else echo "buf not installed: skipping buf lint (make tools)"; fi
+	@$(MAKE) --no-print-directory staticcheck golangci-lint
+
+.PHONY: staticcheck
+staticcheck: ## staticcheck ./... (its checks: staticcheck.conf)
+	@if ! command -v staticcheck >/dev/null; then \
+		if [ -n "$${CI:-}" ]; then echo "staticcheck not installed (make tools)"; exit 1; fi; \
+		echo "staticcheck not installed: skipping it (make tools)"; exit 0; fi; \
+	have=$$(staticcheck -version); case "$$have" in *"($(STATICCHECK_VERSION:v%=%))"*) ;; *) echo "staticcheck: $$have, want $(STATICCHECK_VERSION) (make tools)"; exit 1;; esac; \
+	staticcheck ./...
+
+.PHONY: golangci-lint
+golangci-lint: ## golangci-lint run ./... (.golangci.yml)
+	@if ! command -v golangci-lint >/dev/null; then \
+		if [ -n "$${CI:-}" ]; then echo "golangci-lint not installed (make tools)"; exit 1; fi; \
+		echo "golangci-lint not installed: skipping it (make tools)"; exit 0; fi; \
+	have=$$(golangci-lint version --short 2>/dev/null || golangci-lint --version); case "$$have" in *"$(GOLANGCI_LINT_VERSION:v%=%)"*) ;; *) echo "golangci-lint: $$have, want $(GOLANGCI_LINT_VERSION) (make tools)"; exit 1;; esac; \
+	golangci-lint run ./...
 
 .PHONY: generate
 generate: ## Regenerate api/gen from api/proto (offline; needs make tools)

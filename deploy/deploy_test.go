@@ -39,9 +39,9 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/metrics"
-	"github.com/agentd/agentd/internal/server"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -326,13 +326,13 @@ func scrapeServer() (catalog, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := server.New(cfg, nil)
+	a, err := app.New(cfg, nil)
 	if err != nil {
-		return nil, fmt.Errorf("server.New: %w", err)
+		return nil, fmt.Errorf("app.New: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
 		select {
@@ -340,7 +340,7 @@ func scrapeServer() (catalog, error) {
 		case <-time.After(40 * time.Second):
 		}
 	}()
-	url := "http://" + srv.HTTPAddr() + "/metrics"
+	url := "http://" + a.Server().HTTPAddr() + "/metrics"
 	var body []byte
 	deadline := time.Now().Add(10 * time.Second)
 	for {

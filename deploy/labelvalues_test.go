@@ -24,8 +24,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
-	"github.com/agentd/agentd/internal/server"
 )
 
 // labelValues maps a family to its labels' values: family → label → value.
@@ -125,13 +125,13 @@ func runServer(yaml string, prompts [][2]string) (labelValues, map[string][]map[
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err := server.New(cfg, nil)
+	a, err := app.New(cfg, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("server.New: %w", err)
+		return nil, nil, fmt.Errorf("app.New: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
 		select {
@@ -139,7 +139,7 @@ func runServer(yaml string, prompts [][2]string) (labelValues, map[string][]map[
 		case <-time.After(40 * time.Second):
 		}
 	}()
-	base := "http://" + srv.HTTPAddr()
+	base := "http://" + a.Server().HTTPAddr()
 	client := &http.Client{Timeout: 60 * time.Second}
 	do := func(method, path, body, accept string) (string, error) {
 		req, err := http.NewRequest(method, base+path, strings.NewReader(body))

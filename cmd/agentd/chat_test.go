@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
-	"github.com/agentd/agentd/internal/server"
 )
 
 func TestChatFlags(t *testing.T) {
@@ -36,13 +36,13 @@ func TestChatCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(cfg, nil)
+	a, err := app.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
 		select {
@@ -55,7 +55,7 @@ func TestChatCommand(t *testing.T) {
 	t.Setenv("AGENTD_TOKEN", "") // no auth configured
 	var out, errOut bytes.Buffer
 	in := strings.NewReader("hi [[faults: 529,429:retry-after-ms=100,ok]]\n")
-	if code := run([]string{"chat", "--addr", srv.GRPCAddr()}, in, &out, &errOut); code != 0 {
+	if code := run([]string{"chat", "--addr", a.Server().GRPCAddr()}, in, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	got := out.String()

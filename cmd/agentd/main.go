@@ -17,14 +17,12 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
-	"github.com/agentd/agentd/internal/server"
+	"github.com/agentd/agentd/internal/redisconn"
 )
 
 const usage = `agentd hosts LLM agent sessions that survive provider failures.
@@ -110,7 +108,7 @@ func serve(args []string, stderr io.Writer) int {
 	log := slog.New(handler)
 	// go-redis' own messages (pool and connection trouble) join agentd's log
 	// as records of their own, not plain-text lines in the middle of it.
-	redis.SetLogger(redisLogger{log: log})
+	redisconn.SetLogger(log)
 
 	cfg := config.Default()
 	if *cfgPath != "" {
@@ -133,14 +131,14 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		}
 	}
-	srv, err := server.New(cfg, log)
+	a, err := app.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd serve: %v\n", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := srv.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("agentd stopped with an error", "err", err)
 		return 1
 	}
@@ -162,18 +160,6 @@ func warnConfig(cfg *config.Config, log *slog.Logger) {
 		log.Warn("stream tickets are signed with a random key of this process: with several replicas, the others refuse its tickets; set http.ticket_key_env to a variable holding a key of 32+ bytes (the same on every replica)",
 			"key", "http.ticket_key_env")
 	}
-}
-
-// redisLogger routes go-redis' internal log lines through slog.
-type redisLogger struct{ log *slog.Logger }
-
-// Printf implements go-redis' internal.Logging. Its lines report trouble
-// (a failed dial, a bad connection discarded): warnings.
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }
 
 // classifyCommand is `agentd classify`: no flags, input on stdin.

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/redisconn"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger writing while a test reads.
@@ -183,29 +184,10 @@ func loadConfig(t *testing.T, yaml string) (*config.Config, error) {
 	return config.Load(writeConfig(t, yaml))
 }
 
-// go-redis' log lines come out as records of agentd's log.
-func TestRedisLoggerWritesJSONRecords(t *testing.T) {
-	var buf bytes.Buffer
-	l := redisLogger{log: slog.New(slog.NewJSONHandler(&buf, nil))}
-	l.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts: %v\n", 5, "refused")
-	l.Printf(nil, "redis: %s", "no context") // a nil context is tolerated
-	recs := logRecords(t, buf.String())
-	if len(recs) != 2 {
-		t.Fatalf("records %v, want 2", recs)
-	}
-	if recs[0]["level"] != "WARN" || recs[0]["component"] != "go-redis" ||
-		recs[0]["msg"] != "redis: connection pool: failed to dial after 5 attempts: refused" {
-		t.Errorf("record %v", recs[0])
-	}
-	if recs[1]["msg"] != "redis: no context" {
-		t.Errorf("record %v", recs[1])
-	}
-}
-
 // serve routes go-redis' logger through its slog logger: after serve set
 // it up, a line go-redis logs lands in serve's log as a JSON record.
 func TestServeRoutesRedisLogsThroughSlog(t *testing.T) {
-	t.Cleanup(func() { redis.SetLogger(redisLogger{log: slog.New(slog.NewTextHandler(os.Stderr, nil))}) })
+	t.Cleanup(func() { redisconn.SetLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))) })
 	var stdout bytes.Buffer
 	var stderr syncBuffer
 	missing := filepath.Join(t.TempDir(), "missing.yaml")

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -378,7 +379,7 @@ func (n *node) promptStream(t *testing.T, id, text string) (*stream, int, string
 		return nil, 0, err.Error()
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed below, or by the reading goroutine
 	if err != nil {
 		cancel()
 		return nil, 0, err.Error()
@@ -760,7 +761,7 @@ func TestSharedSessionConcurrentPrompts(t *testing.T) {
 					}
 					if !s.ended {
 						res.err = fmt.Errorf("the prompt's stream did not end within 15s")
-					} else if s.err != io.EOF {
+					} else if !errors.Is(s.err, io.EOF) {
 						res.err = s.err
 					}
 				}

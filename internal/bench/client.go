@@ -366,7 +366,7 @@ func (c *Client) FollowGRPC(ctx context.Context, id string, after uint64, t *Tur
 	}
 	err = recvGRPC(stream, t, false)
 	if ctx.Err() != nil {
-		return nil
+		return nil //nolint:nilerr // the caller ended the stream: its cut is no failure
 	}
 	return err
 }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
-	"github.com/agentd/agentd/internal/server"
 	tea "github.com/charmbracelet/bubbletea"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,13 +33,13 @@ func startServer(t *testing.T, yaml string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(cfg, nil)
+	a, err := app.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -48,7 +48,7 @@ func startServer(t *testing.T, yaml string) string {
 			t.Error("agentd did not stop")
 		}
 	})
-	return srv.GRPCAddr()
+	return a.Server().GRPCAddr()
 }
 
 // dialAPI connects to agentd.

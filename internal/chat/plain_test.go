@@ -3,6 +3,7 @@ package chat
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"net"
@@ -217,7 +218,7 @@ func TestPromptStreamResumes(t *testing.T) {
 	var notices []string
 	for {
 		it, err := st.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

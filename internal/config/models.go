@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -75,8 +76,8 @@ func (m *Model) UnmarshalYAML(n *yaml.Node) error {
 	type plain Model
 	var p plain
 	if err := n.Decode(&p); err != nil {
-		te, ok := err.(*yaml.TypeError)
-		if !ok {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
 			return err
 		}
 		errs = append(errs, te.Errors...)

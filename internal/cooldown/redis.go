@@ -72,7 +72,7 @@ return out
 `)
 
 // NewRedis returns the shared registry; client must have bounded timeouts
-// (credstore.ClientOptions). now is the local clock of returned times.
+// (redisconn.ClientOptions). now is the local clock of returned times.
 func NewRedis(client redis.Scripter, keyPrefix string, now func() time.Time) *Redis {
 	if now == nil {
 		now = time.Now
@@ -107,7 +107,7 @@ func (r *Redis) SuppressedUntil(ctx context.Context, model string) (time.Time, e
 	m, err := r.remaining(ctx, model)
 	if err != nil {
 		u, _ := r.local.SuppressedUntil(ctx, model)
-		return u, nil
+		return u, nil //nolint:nilerr // Redis unreachable: the local registry answers, as documented
 	}
 	return m[model], nil
 }

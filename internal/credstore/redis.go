@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/redisconn"
 )
 
 // RedisOptions configure a Redis store.
@@ -48,7 +49,7 @@ type RedisOptions struct {
 // Defaults and bounds of RedisOptions.
 const (
 	DefaultKeyPrefix    = "agentd:"
-	DefaultTimeout      = 500 * time.Millisecond
+	DefaultTimeout      = redisconn.DefaultTimeout // a Redis call's bound, as the client's
 	DefaultSyncInterval = time.Second
 )
 
@@ -149,34 +150,23 @@ func (k known) ownerList() []string {
 	return strings.Split(k.owners, "\x00")
 }
 
-// ClientOptions sets on o what the Redis store relies on: go-redis honours
-// context deadlines (ContextTimeoutEnabled) and dial, read, write and pool
-// waits are bounded by timeout (when not set). Use it when creating the
-// client: redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: …}, 0)).
-// timeout ≤ 0 means DefaultTimeout.
+// ClientOptions is redisconn.ClientOptions, kept for the callers that
+// still name it here.
 func ClientOptions(o *redis.UniversalOptions, timeout time.Duration) *redis.UniversalOptions {
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	o.ContextTimeoutEnabled = true
-	for _, d := range []*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout} {
-		if *d == 0 {
-			*d = timeout
-		}
-	}
-	return o
+	return redisconn.ClientOptions(o, timeout)
 }
 
 // NewRedis returns a store on client and starts its reconciler (Close
-// stops it). The client must honour context deadlines (see ClientOptions);
+// stops it). The client must honour context deadlines (see
+// redisconn.ClientOptions);
 // the store does not close it. NewRedis does not wait for Redis: if it is
 // down, the store starts degraded.
 func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("credstore: nil Redis client")
 	}
-	if !ContextTimeouts(client) {
-		return nil, errors.New("credstore: the Redis client must be created with ContextTimeoutEnabled (see credstore.ClientOptions), or a dead Redis could hold requests")
+	if !redisconn.ContextTimeouts(client) {
+		return nil, errors.New("credstore: the Redis client must be created with ContextTimeoutEnabled (see redisconn.ClientOptions), or a dead Redis could hold requests")
 	}
 	seal, err := newSealer(opts.SecretKey)
 	if err != nil {
@@ -210,20 +200,9 @@ func NewRedis(client redis.UniversalClient, opts RedisOptions) (*Redis, error) {
 	return r, nil
 }
 
-// ContextTimeouts reports whether a known client type honours context
-// deadlines, as ClientOptions sets it (unknown types, such as wrappers, are
-// trusted). Every Redis-backed store checks its client with it.
-func ContextTimeouts(c redis.UniversalClient) bool {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
-	}
-	return true
-}
+// ContextTimeouts is redisconn.ContextTimeouts, kept for the callers that
+// still name it here.
+func ContextTimeouts(c redis.UniversalClient) bool { return redisconn.ContextTimeouts(c) }
 
 // now is the local view's clock.
 func (r *Redis) now() time.Time { return time.Now().Add(r.opts.offset()) }

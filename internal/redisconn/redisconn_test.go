@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentd/agentd/internal/config"
-	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/redistest"
 )
 
@@ -61,7 +60,7 @@ func TestTimeouts(t *testing.T) {
 		if c.Timeout() != want {
 			t.Errorf("%s: Timeout() = %v, want %v", c.Topology(), c.Timeout(), want)
 		}
-		if !credstore.ContextTimeouts(c.Client()) {
+		if !ContextTimeouts(c.Client()) {
 			t.Errorf("%s: the client ignores context deadlines", c.Topology())
 		}
 		var got [4]time.Duration

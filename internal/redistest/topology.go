@@ -18,6 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+//lint:file-ignore SA1019 the helpers read the slot map as redisconn's probe does (CLUSTER SLOTS, which every supported Redis answers; CLUSTER SHARDS needs Redis 7)
+
 // NodeTimeout is the Cluster's cluster-node-timeout and the Sentinels'
 // down-after-milliseconds: how long a node may be silent before it is
 // failed over.

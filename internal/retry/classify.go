@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentd/agentd/internal/retry/internal/match"
 )
 
 // Class is what kind of failure a failed assistant turn is, as far as retrying
@@ -381,10 +383,10 @@ func isRefusal(stopDetails string) bool {
 type facts struct {
 	f     Failure
 	hdrs  headerView
-	words subject // words(message), scanned by the literal index
-	lower string  // strings.ToLower(message)
-	code  string  // codeKey(ErrorCode)
-	typ   string  // codeKey(ErrorType)
+	words match.Subject // words(message), scanned by the literal index
+	lower string        // strings.ToLower(message)
+	code  string        // codeKey(ErrorCode)
+	typ   string        // codeKey(ErrorType)
 	// status is Failure.Status, or a three-digit ErrorCode (Azure writes
 	// "429") when Status is unknown.
 	status int
@@ -410,7 +412,7 @@ func newFacts(f Failure, msg message, hdrs headerView) facts {
 		f:      f,
 		hdrs:   hdrs,
 		words:  msg.words,
-		lower:  msg.lower.s,
+		lower:  msg.lower.S,
 		code:   codeKey(f.ErrorCode),
 		typ:    codeKey(f.ErrorType),
 		status: f.Status,
@@ -533,13 +535,13 @@ func (c *facts) overflow() (string, bool) {
 	if c.status == http.StatusRequestEntityTooLarge {
 		return "HTTP status 413", true
 	}
-	if m, ok := overflowStrongRE.find(&c.words); ok {
+	if m, ok := overflowStrongRE.Find(&c.words); ok {
 		return "text matches " + quote(m), true
 	}
-	if m, ok := overflowGapped.find(&c.words); ok {
+	if m, ok := overflowGapped.Find(&c.words); ok {
 		return "text matches " + quote(m), true
 	}
-	if m, ok := overflowWeakRE.find(&c.words); ok && c.textStatus != http.StatusTooManyRequests && !throttleRE.match(&c.words) {
+	if m, ok := overflowWeakRE.Find(&c.words); ok && c.textStatus != http.StatusTooManyRequests && !throttleRE.Match(&c.words) {
 		return "text matches " + quote(m), true
 	}
 	return "", false
@@ -562,12 +564,12 @@ func (c *facts) stale() (string, StaleCase, bool) {
 	if !responsesAPIs[strings.ToLower(strings.TrimSpace(c.f.API))] {
 		return "", StaleNone, false
 	}
-	if m, ok := staleItemRE.find(&c.words); ok {
+	if m, ok := staleItemRE.Find(&c.words); ok {
 		return "stale Responses replay: text matches " + quote(m), StaleResponsesState, true
 	}
-	if start, end, ok := stalePrevRE.findIn(&c.words); ok {
-		if ds, de, ok := staleDetailRE.findIn(&c.words); ok && de > ds {
-			return "stale Responses replay: " + quote(c.words.s[start:end]) + " with " + quote(c.words.s[ds:de]), StaleResponsesState, true
+	if start, end, ok := stalePrevRE.FindIn(&c.words); ok {
+		if ds, de, ok := staleDetailRE.FindIn(&c.words); ok && de > ds {
+			return "stale Responses replay: " + quote(c.words.S[start:end]) + " with " + quote(c.words.S[ds:de]), StaleResponsesState, true
 		}
 	}
 	return "", StaleNone, false
@@ -583,7 +585,7 @@ func (c *facts) staleReasoning() (string, StaleCase, bool) {
 		return `stale reasoning state: error code "invalid_encrypted_content" (strip the reasoning items and retry)`, StaleReasoningEncrypted, true
 	}
 	for i, p := range staleReasoningRE {
-		if m, ok := p.find(&c.words); ok {
+		if m, ok := p.Find(&c.words); ok {
 			sc := staleReasoningCases[i]
 			return "stale reasoning state: text matches " + quote(m) + " (" + staleReasoningAdvice[sc] + ")", sc, true
 		}
@@ -637,7 +639,7 @@ func (c *facts) usage(hint time.Duration, hasHint bool) (string, bool) {
 	if strings.EqualFold(strings.TrimSpace(c.hdrs.get(hdrUnifiedStatus)), "rejected") {
 		return "anthropic-ratelimit-unified-status: rejected (subscription window drained)", true
 	}
-	if m, ok := usageRE.find(&c.words); ok {
+	if m, ok := usageRE.Find(&c.words); ok {
 		return "usage limit: text matches " + quote(m), true
 	}
 	if c.accountRateLimited() {
@@ -652,7 +654,7 @@ func (c *facts) usage(hint time.Duration, hasHint bool) (string, bool) {
 	}
 	if hasHint && hint >= LongRateLimitHint {
 		_, coded := c.hasCode(rateLimitCodes)
-		if is429 || coded || reasonRateRE.match(&c.words) {
+		if is429 || coded || reasonRateRE.Match(&c.words) {
 			return "rate limited with a " + hint.String() + " hint (a usage window, not throttling)", true
 		}
 	}
@@ -695,13 +697,13 @@ func (c *facts) transient() (string, bool) {
 	case s >= 500 && s <= 599 && s != http.StatusNotImplemented && s != http.StatusHTTPVersionNotSupported:
 		return "HTTP status " + strconv.Itoa(s), true
 	}
-	if c.textStatus == http.StatusBadRequest && strings.Contains(c.words.s, "model_not_supported") {
+	if c.textStatus == http.StatusBadRequest && strings.Contains(c.words.S, "model_not_supported") {
 		return "model_not_supported on 400 (Copilot flap)", true
 	}
-	if anthropicEnvelopeRE.matchIn(&c.words) && beforeMessageStartRE.matchIn(&c.words) {
+	if anthropicEnvelopeRE.MatchIn(&c.words) && beforeMessageStartRE.MatchIn(&c.words) {
 		return "Anthropic stream envelope error before message_start", true
 	}
-	if m, ok := transientRE.find(&c.words); ok {
+	if m, ok := transientRE.Find(&c.words); ok {
 		return "text matches " + quote(m), true
 	}
 	// A known 4xx status (other than 408/429) outranks numbers in the text:
@@ -716,13 +718,13 @@ func (c *facts) transient() (string, bool) {
 
 // accountRateLimited reports an account-level rate limit (a usage limit)
 // that is not explicitly per-minute throttling.
-func accountRateLimited(w *subject) bool {
-	return accountRE.matchIn(w) && accountNearRateLimit(w.s) && !perMinuteRE.match(w)
+func accountRateLimited(w *match.Subject) bool {
+	return accountRE.MatchIn(w) && accountNearRateLimit(w.S) && !perMinuteRE.Match(w)
 }
 
 // accountRE is the literal an account-level rate limit needs: matched
 // through the literal index, it spares most messages accountNearRateLimit.
-var accountRE = guard(`account`)
+var accountRE = match.Compile(`account`)
 
 // limitReason is the reference's parseRateLimitReason result.
 type limitReason int
@@ -738,19 +740,19 @@ const (
 func limitReasonOf(c *facts) limitReason {
 	w := &c.words
 	switch {
-	case reasonQuotaFirstRE.match(w):
+	case reasonQuotaFirstRE.Match(w):
 		return reasonQuota
-	case reasonCapacityRE.match(w), c.hasStandaloneNumber(529, 503):
+	case reasonCapacityRE.Match(w), c.hasStandaloneNumber(529, 503):
 		return reasonCapacity
 	case c.accountRateLimited():
 		return reasonQuota
-	case reasonPerDayRE.match(w):
+	case reasonPerDayRE.Match(w):
 		return reasonQuota
-	case reasonRateRE.match(w):
+	case reasonRateRE.Match(w):
 		return reasonRate
-	case reasonQuotaRE.match(w):
+	case reasonQuotaRE.Match(w):
 		return reasonQuota
-	case reasonServerRE.match(w), c.hasStandaloneNumber(500):
+	case reasonServerRE.Match(w), c.hasStandaloneNumber(500):
 		return reasonServer
 	}
 	return reasonUnknown

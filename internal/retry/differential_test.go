@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/agentd/agentd/internal/retry/internal/match"
 )
 
 // The classifier's fast paths (the literal index, the prefilters, matching
@@ -18,13 +20,13 @@ import (
 //
 //	go test -run '^$' -fuzz FuzzFastPathsAgree -fuzztime 60s ./internal/retry/
 
-// guardedPatterns lists every guardedRE the package compiles, word patterns
+// guardedPatterns lists every match.Pattern the package compiles, word patterns
 // (matched at a leading word boundary) marked.
 func guardedPatterns() []namedPattern {
 	var out []namedPattern
 	families := []struct {
 		name string
-		p    phrases
+		p    match.Phrases
 	}{
 		{"overflowStrongRE", overflowStrongRE}, {"overflowGapped", overflowGapped}, {"overflowWeakRE", overflowWeakRE},
 		{"throttleRE", throttleRE}, {"staleItemRE", staleItemRE}, {"transientRE", transientRE}, {"usageRE", usageRE},
@@ -35,18 +37,18 @@ func guardedPatterns() []namedPattern {
 	for i, p := range staleReasoningRE {
 		families = append(families, struct {
 			name string
-			p    phrases
+			p    match.Phrases
 		}{"staleReasoningRE[" + strconv.Itoa(i) + "]", p})
 	}
 	for _, f := range families {
-		for i := range f.p.res {
-			out = append(out, namedPattern{f.name + "[" + strconv.Itoa(i) + "]", &f.p.res[i], f.p.word})
+		for i := range f.p.Patterns() {
+			out = append(out, namedPattern{f.name + "[" + strconv.Itoa(i) + "]", &f.p.Patterns()[i], f.p.Word()})
 		}
 	}
 	for i := range statusPatterns {
 		out = append(out, namedPattern{"statusPatterns[" + strconv.Itoa(i) + "]", &statusPatterns[i], false})
 	}
-	for name, g := range map[string]*guardedRE{
+	for name, g := range map[string]*match.Pattern{
 		"stalePrevRE": &stalePrevRE, "staleDetailRE": &staleDetailRE, "anthropicEnvelopeRE": &anthropicEnvelopeRE,
 		"beforeMessageStartRE": &beforeMessageStartRE, "accountRE": &accountRE, "hintWordings": &hintWordings,
 		"msgRetryAfterMsRE": &msgRetryAfterMsRE, "msgRetryAfterRE": &msgRetryAfterRE, "msgRetryAfterDateRE": &msgRetryAfterDateRE,
@@ -60,7 +62,7 @@ func guardedPatterns() []namedPattern {
 
 type namedPattern struct {
 	name string
-	g    *guardedRE
+	g    *match.Pattern
 	word bool
 }
 
@@ -72,7 +74,7 @@ func plainWordMatch(re *regexp.Regexp, s string) []int {
 		if loc == nil {
 			return nil
 		}
-		if start := off + loc[0]; lead(s, start) {
+		if start := off + loc[0]; match.Lead(s, start) {
 			return []int{start, off + loc[1]}
 		}
 		off += loc[0] + 1
@@ -80,14 +82,14 @@ func plainWordMatch(re *regexp.Regexp, s string) []int {
 	return nil
 }
 
-// plainFind is phrases.find without the fast paths.
-func plainFind(p phrases, s string) (string, bool) {
-	for i := range p.res {
+// plainFind is match.Phrases.find without the fast paths.
+func plainFind(p match.Phrases, s string) (string, bool) {
+	for i := range p.Patterns() {
 		var loc []int
-		if p.word {
-			loc = plainWordMatch(p.res[i].Regexp, s)
+		if p.Word() {
+			loc = plainWordMatch(p.Patterns()[i].Regexp, s)
 		} else {
-			loc = p.res[i].Regexp.FindStringIndex(s)
+			loc = p.Patterns()[i].Regexp.FindStringIndex(s)
 		}
 		if loc != nil {
 			return s[loc[0]:loc[1]], true
@@ -98,9 +100,9 @@ func plainFind(p phrases, s string) (string, bool) {
 
 // checkPatterns compares every pattern's fast matching on t with the plain
 // regexp.
-func checkPatterns(t *testing.T, pats []namedPattern, subj *subject) {
+func checkPatterns(t *testing.T, pats []namedPattern, subj *match.Subject) {
 	t.Helper()
-	s := subj.s
+	s := subj.S
 	loc := func(start, end int, ok bool) []int {
 		if !ok {
 			return nil
@@ -110,41 +112,41 @@ func checkPatterns(t *testing.T, pats []namedPattern, subj *subject) {
 	for _, p := range pats {
 		g := p.g
 		if p.word {
-			if got, want := loc(g.findWordIn(subj)), plainWordMatch(g.Regexp, s); !slices.Equal(got, want) {
-				t.Fatalf("%s (%q).findWordIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.scanned, got, want)
+			if got, want := loc(g.FindWordIn(subj)), plainWordMatch(g.Regexp, s); !slices.Equal(got, want) {
+				t.Fatalf("%s (%q).FindWordIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.IsScanned(), got, want)
 			}
 			continue
 		}
-		if got, want := loc(g.findIn(subj)), g.Regexp.FindStringIndex(s); !slices.Equal(got, want) {
-			t.Fatalf("%s (%q).findIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.scanned, got, want)
+		if got, want := loc(g.FindIn(subj)), g.Regexp.FindStringIndex(s); !slices.Equal(got, want) {
+			t.Fatalf("%s (%q).FindIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.IsScanned(), got, want)
 		}
-		if got, want := g.matchIn(subj), g.Regexp.MatchString(s); got != want {
-			t.Fatalf("%s (%q).matchIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.scanned, got, want)
+		if got, want := g.MatchIn(subj), g.Regexp.MatchString(s); got != want {
+			t.Fatalf("%s (%q).MatchIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.IsScanned(), got, want)
 		}
-		if got, want := g.findSubmatchIn(subj), g.Regexp.FindStringSubmatch(s); !slices.Equal(got, want) {
-			t.Fatalf("%s (%q).findSubmatchIn(%q, scanned %v) = %q, plain %q", p.name, g.Regexp, s, subj.scanned, got, want)
+		if got, want := g.FindSubmatchIn(subj), g.Regexp.FindStringSubmatch(s); !slices.Equal(got, want) {
+			t.Fatalf("%s (%q).FindSubmatchIn(%q, scanned %v) = %q, plain %q", p.name, g.Regexp, s, subj.IsScanned(), got, want)
 		}
 		var all [][]int
-		g.eachMatchIn(subj, func(start, end int) bool {
+		g.EachMatchIn(subj, func(start, end int) bool {
 			all = append(all, []int{start, end})
 			return false
 		})
 		if want := g.Regexp.FindAllStringIndex(s, -1); !slices.EqualFunc(all, want, slices.Equal) {
-			t.Fatalf("%s (%q).eachMatchIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.scanned, all, want)
+			t.Fatalf("%s (%q).EachMatchIn(%q, scanned %v) = %v, plain %v", p.name, g.Regexp, s, subj.IsScanned(), all, want)
 		}
 	}
 }
 
-// checkFamilies compares phrases.find with plainFind.
-func checkFamilies(t *testing.T, subj *subject) {
+// checkFamilies compares match.Phrases.find with plainFind.
+func checkFamilies(t *testing.T, subj *match.Subject) {
 	t.Helper()
-	families := []phrases{overflowStrongRE, overflowGapped, overflowWeakRE, throttleRE, staleItemRE, transientRE,
+	families := []match.Phrases{overflowStrongRE, overflowGapped, overflowWeakRE, throttleRE, staleItemRE, transientRE,
 		usageRE, perMinuteRE, reasonQuotaFirstRE, reasonCapacityRE, reasonPerDayRE, reasonRateRE, reasonQuotaRE, reasonServerRE}
 	for _, p := range append(families, staleReasoningRE...) {
-		m, ok := p.find(subj)
-		wm, wok := plainFind(p, subj.s)
+		m, ok := p.Find(subj)
+		wm, wok := plainFind(p, subj.S)
 		if m != wm || ok != wok {
-			t.Fatalf("find(%q, scanned %v) = %q %v, plain %q %v (family of %q)", subj.s, subj.scanned, m, ok, wm, wok, p.res[0].Regexp)
+			t.Fatalf("find(%q, scanned %v) = %q %v, plain %q %v (family of %q)", subj.S, subj.IsScanned(), m, ok, wm, wok, p.Patterns()[0].Regexp)
 		}
 	}
 }
@@ -152,11 +154,8 @@ func checkFamilies(t *testing.T, subj *subject) {
 // checkScan compares the literal index's scan with strings.Contains.
 func checkScan(t *testing.T, s string) {
 	t.Helper()
-	found := literals.scan(s)
-	for id, l := range literals.lits {
-		if got, want := found.has(id), strings.Contains(s, l); got != want {
-			t.Fatalf("scan(%q) has %q: %v, strings.Contains says %v", s, l, got, want)
-		}
+	if l, contained, ok := match.MisScanned(s); !ok {
+		t.Fatalf("scan(%q) has %q: %v, strings.Contains says %v", s, l, !contained, contained)
 	}
 }
 
@@ -167,9 +166,9 @@ func checkText(t *testing.T, pats []namedPattern, msg string, all bool) {
 	w, l := words(msg), strings.ToLower(msg)
 	for _, s := range []string{w, l} {
 		checkScan(t, s)
-		subjects := []subject{scanned(s)}
+		subjects := []match.Subject{match.Scanned(s)}
 		if all {
-			subjects = append(subjects, subject{s: s})
+			subjects = append(subjects, match.Subject{S: s})
 		}
 		for _, subj := range subjects {
 			checkPatterns(t, pats, &subj)
@@ -177,12 +176,12 @@ func checkText(t *testing.T, pats []namedPattern, msg string, all bool) {
 		}
 	}
 	m := prepareMessage(msg, true)
-	if c := clip(msg); m.clipped != c || m.lower.s != strings.ToLower(c) || m.words.s != words(c) {
-		t.Fatalf("prepareMessage(%q): lower %q words %q, want %q and %q", msg, m.lower.s, m.words.s, strings.ToLower(c), words(c))
+	if c := clip(msg); m.clipped != c || m.lower.S != strings.ToLower(c) || m.words.S != words(c) {
+		t.Fatalf("prepareMessage(%q): lower %q words %q, want %q and %q", msg, m.lower.S, m.words.S, strings.ToLower(c), words(c))
 	}
-	for _, subj := range []*subject{&m.lower, &m.words} {
-		if subj.scanned && subj.found != literals.scan(subj.s) {
-			t.Fatalf("prepareMessage(%q): the scan of %q differs from scan", msg, subj.s)
+	for _, subj := range []*match.Subject{&m.lower, &m.words} {
+		if !subj.ScanAgrees() {
+			t.Fatalf("prepareMessage(%q): the scan of %q differs from scan", msg, subj.S)
 		}
 	}
 	if got, want := statusReasonPhrase(msg), statusReasonPhraseRE.FindStringSubmatch(msg); (want == nil) != (got == "") || want != nil && got != want[1] {
@@ -317,28 +316,29 @@ func FuzzFastPathsAgree(f *testing.F) {
 // guardedPatterns; the index has room for more.
 func TestLiteralIndexHasRoom(t *testing.T) {
 	t.Parallel()
-	if !literals.ready() {
+	fill := match.Fill()
+	if !fill.Built {
 		t.Fatal("the literal automaton was not built: too many literals for uint16 states")
 	}
-	if n := len(literals.lits); n > maxLiterals*3/4 {
-		t.Errorf("%d literals of at most %d: enlarge litSet", n, maxLiterals)
+	if fill.Literals > fill.MaxLiterals*3/4 {
+		t.Errorf("%d literals of at most %d: enlarge litSet", fill.Literals, fill.MaxLiterals)
 	}
-	if n := literals.patterns; n > maxPatterns*3/4 {
-		t.Errorf("%d patterns of at most %d: enlarge patternSet", n, maxPatterns)
+	if fill.Patterns > fill.MaxPatterns*3/4 {
+		t.Errorf("%d patterns of at most %d: enlarge patternSet", fill.Patterns, fill.MaxPatterns)
 	}
-	if states := len(literals.next) / numClasses; states > (1<<16/numClasses)*3/4 {
-		t.Errorf("%d automaton states of at most %d", states, 1<<16/numClasses)
+	if fill.States > fill.MaxStates*3/4 {
+		t.Errorf("%d automaton states of at most %d", fill.States, fill.MaxStates)
 	}
 	pats := guardedPatterns()
 	seqs := map[int]bool{}
 	for _, p := range pats {
-		if p.g.seq < 0 {
+		if p.g.Seq() < 0 {
 			t.Errorf("%s (%q) has no pattern number", p.name, p.g.Regexp)
 		}
-		seqs[p.g.seq] = true
+		seqs[p.g.Seq()] = true
 	}
-	if len(seqs) != literals.patterns {
-		t.Errorf("guardedPatterns lists %d of the %d patterns compiled at init", len(seqs), literals.patterns)
+	if len(seqs) != fill.Patterns {
+		t.Errorf("guardedPatterns lists %d of the %d patterns compiled at init", len(seqs), fill.Patterns)
 	}
 }
 
@@ -350,18 +350,18 @@ func TestHintWordingsGate(t *testing.T) {
 	// with one of its starts: either set will do.
 	allGated := func(lits []string) bool {
 		for _, l := range lits {
-			if !hintWordings.mayMatch(l) {
+			if !hintWordings.MayMatch(l) {
 				return false
 			}
 		}
 		return len(lits) > 0
 	}
-	for _, g := range []*guardedRE{&msgRetryAfterMsRE, &msgRetryAfterRE, &msgAnchorRE, &msgResetAtRE, &msgRetryDelayRE, &msgResetMsRE, &msgResetRE} {
-		if !allGated(g.lits) && !allGated(g.starts) {
-			t.Errorf("%q: neither its literals %q nor its starts %q all contain one of %q", g.Regexp, g.lits, g.starts, hintWordings.lits)
+	for _, g := range []*match.Pattern{&msgRetryAfterMsRE, &msgRetryAfterRE, &msgAnchorRE, &msgResetAtRE, &msgRetryDelayRE, &msgResetMsRE, &msgResetRE} {
+		if !allGated(g.Literals()) && !allGated(g.Starts()) {
+			t.Errorf("%q: neither its literals %q nor its starts %q all contain one of %q", g.Regexp, g.Literals(), g.Starts(), hintWordings.Literals())
 		}
 	}
-	if !hintWordings.mayMatch("retry-after") { // the date form's own check
+	if !hintWordings.MayMatch("retry-after") { // the date form's own check
 		t.Error(`"retry-after" does not pass the gate`)
 	}
 }
@@ -450,9 +450,9 @@ func TestScanSplit(t *testing.T) {
 			continue
 		}
 		lower := strings.ToLower(msg)
-		w, l := scannedSplit(asciiWords(msg, lower), lower)
-		if w.s != words(msg) || w.found != literals.scan(w.s) || l.found != literals.scan(lower) {
-			t.Fatalf("scannedSplit(%q) differs from two scans", msg)
+		w, l := match.ScannedSplit(asciiWords(msg, lower), lower)
+		if w.S != words(msg) || l.S != lower || !w.ScanAgrees() || !l.ScanAgrees() || !w.IsScanned() || !l.IsScanned() {
+			t.Fatalf("match.ScannedSplit(%q) differs from two scans", msg)
 		}
 	}
 }

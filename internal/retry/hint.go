@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentd/agentd/internal/retry/internal/match"
 )
 
 // MaxHint bounds every hint ParseHint returns: a week plus an hour, the
@@ -353,14 +355,14 @@ func hintFromRetryHeaders(h headerView, now time.Time) (time.Duration, bool) {
 // Message wordings, in the order they are tried. All but the date pattern run
 // on the lower-cased message.
 var (
-	msgRetryAfterMsRE   = guard(`retry-after-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
-	msgRetryAfterRE     = guard(`retry-after"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\b`)
-	msgRetryAfterDateRE = guard(`(?i)retry-after"?\s*[:=]\s*"?([a-z]{3,9}, \d{1,2}[ -][a-z]{3}[ -]\d{2,4} \d{2}:\d{2}:\d{2} gmt)`)
-	msgAnchorRE         = guard(`\b(?:try(?:ing)? again|retry(?:ing)?|resets?|available(?: again)?)\s+(?:in|after)\b`)
-	msgResetAtRE        = guard(`\bresets?\s+(?:at|on)\s+(\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:z|[+-]\d{2}:\d{2}))`)
-	msgRetryDelayRE     = guard(`retry_?delay"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\s*(ms|s)\b`)
-	msgResetMsRE        = guard(`x-ratelimit-reset-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
-	msgResetRE          = guard(`x-ratelimit-reset"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgRetryAfterMsRE   = match.Compile(`retry-after-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgRetryAfterRE     = match.Compile(`retry-after"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\b`)
+	msgRetryAfterDateRE = match.Compile(`(?i)retry-after"?\s*[:=]\s*"?([a-z]{3,9}, \d{1,2}[ -][a-z]{3}[ -]\d{2,4} \d{2}:\d{2}:\d{2} gmt)`)
+	msgAnchorRE         = match.Compile(`\b(?:try(?:ing)? again|retry(?:ing)?|resets?|available(?: again)?)\s+(?:in|after)\b`)
+	msgResetAtRE        = match.Compile(`\bresets?\s+(?:at|on)\s+(\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:z|[+-]\d{2}:\d{2}))`)
+	msgRetryDelayRE     = match.Compile(`retry_?delay"?\s*[:=]\s*"?(\d+(?:\.\d+)?)\s*(ms|s)\b`)
+	msgResetMsRE        = match.Compile(`x-ratelimit-reset-ms"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
+	msgResetRE          = match.Compile(`x-ratelimit-reset"?\s*[:=]\s*"?(\d+(?:\.\d+)?)`)
 )
 
 func hintFromMessage(prepared message, now time.Time) (time.Duration, bool) {
@@ -368,18 +370,18 @@ func hintFromMessage(prepared message, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	msg, low := prepared.clipped, &prepared.lower
-	lower := low.s
+	lower := low.S
 	// Every wording below contains "try", "reset" or "available" (retry,
 	// x-ratelimit-reset, …): without them, none can match.
 	if !mayHaveHintWording(low) {
 		return 0, false
 	}
-	if m := msgRetryAfterMsRE.findSubmatchIn(low); m != nil {
+	if m := msgRetryAfterMsRE.FindSubmatchIn(low); m != nil {
 		if v, ok := parseNumber(m[1]); ok {
 			return scaled(v, time.Millisecond)
 		}
 	}
-	if m := msgRetryAfterRE.findSubmatchIn(low); m != nil {
+	if m := msgRetryAfterRE.FindSubmatchIn(low); m != nil {
 		if v, ok := parseNumber(m[1]); ok {
 			return scaled(v, time.Second)
 		}
@@ -387,14 +389,14 @@ func hintFromMessage(prepared message, now time.Time) (time.Duration, bool) {
 	// The date form runs on the text as written (for http.ParseTime); its
 	// case-insensitive pattern has no prefilter of its own.
 	if strings.Contains(lower, "retry-after") {
-		if m := msgRetryAfterDateRE.findSubmatchIn(&subject{s: msg}); m != nil {
+		if m := msgRetryAfterDateRE.FindSubmatchIn(&match.Subject{S: msg}); m != nil {
 			if t, err := http.ParseTime(m[1]); err == nil {
 				return until(t, now), true
 			}
 		}
 	}
 	var spoken time.Duration
-	msgAnchorRE.eachMatchIn(low, func(_, end int) bool {
+	msgAnchorRE.EachMatchIn(low, func(_, end int) bool {
 		d, ok := spokenDuration(lower[end:])
 		if ok && d > 0 {
 			spoken = d
@@ -404,13 +406,13 @@ func hintFromMessage(prepared message, now time.Time) (time.Duration, bool) {
 	if spoken > 0 {
 		return spoken, true
 	}
-	if m := msgResetAtRE.findSubmatchIn(low); m != nil {
+	if m := msgResetAtRE.FindSubmatchIn(low); m != nil {
 		ts := strings.ToUpper(strings.Replace(m[1], " ", "T", 1))
 		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
 			return until(t, now), true
 		}
 	}
-	if m := msgRetryDelayRE.findSubmatchIn(low); m != nil {
+	if m := msgRetryDelayRE.FindSubmatchIn(low); m != nil {
 		unit := time.Second
 		if m[2] == "ms" {
 			unit = time.Millisecond
@@ -419,12 +421,12 @@ func hintFromMessage(prepared message, now time.Time) (time.Duration, bool) {
 			return scaled(v, unit)
 		}
 	}
-	if m := msgResetMsRE.findSubmatchIn(low); m != nil {
+	if m := msgResetMsRE.FindSubmatchIn(low); m != nil {
 		if d, ok := resetValue(m[1], time.Millisecond, now); ok {
 			return d, true
 		}
 	}
-	if m := msgResetRE.findSubmatchIn(low); m != nil {
+	if m := msgResetRE.FindSubmatchIn(low); m != nil {
 		if d, ok := resetValue(m[1], time.Second, now); ok {
 			return d, true
 		}
@@ -434,9 +436,9 @@ func hintFromMessage(prepared message, now time.Time) (time.Duration, bool) {
 
 // hintWordings are literals one of which every message wording of a hint
 // contains.
-var hintWordings = guard(`try|reset|available`)
+var hintWordings = match.Compile(`try|reset|available`)
 
-func mayHaveHintWording(lower *subject) bool { return hintWordings.mayMatchIn(lower) }
+func mayHaveHintWording(lower *match.Subject) bool { return hintWordings.MayMatchIn(lower) }
 
 // spokenUnits are the unit words of spoken durations, longest first so that
 // "ms" wins over "m" and "mins" over "min".

@@ -2,7 +2,13 @@ package retry
 
 import (
 	"strings"
+
+	"github.com/agentd/agentd/internal/retry/internal/match"
 )
+
+// The literal index of the patterns below (package variables, compiled
+// before any init runs).
+func init() { match.Build() }
 
 // The classifier's phrase families. Every pattern runs on words(message):
 // camelCase split, lower case. Word patterns start with lead, a leading word
@@ -11,72 +17,11 @@ import (
 // "terminated" and "Generate" does not match "rate". Three-digit status
 // numbers are not matched here but by standaloneNumbers.
 
-// lead is the leading word boundary of the word patterns: the start of the
-// text or a byte that is not a lower-case letter or a digit.
-func lead(s string, i int) bool { return i == 0 || !(isLower(s[i-1]) || isDigit(s[i-1])) }
-
-// phrases is a pattern family. Each pattern is compiled on its own, so that
-// the regexp engine can skip ahead to its literal prefix instead of running
-// one large alternation at every byte, and its prefilter (guard.go) decides
-// whether it runs at all.
-type phrases struct {
-	res  []guardedRE
-	word bool // each match must start at a word boundary (lead)
-}
-
-// wordPhrases is a family whose matches must start at a word boundary.
-func wordPhrases(alts ...string) phrases {
-	p := anyPhrases(alts...)
-	p.word = true
-	return p
-}
-
-// anyPhrases is a family whose matches may start anywhere.
-func anyPhrases(alts ...string) phrases {
-	p := phrases{res: make([]guardedRE, len(alts))}
-	for i, a := range alts {
-		p.res[i] = guard(a)
-	}
-	return p
-}
-
-// find returns the text matched by the first pattern (in list order) that
-// matches t.
-func (p phrases) find(t *subject) (string, bool) {
-	for i := range p.res {
-		re := &p.res[i]
-		if !p.word && re.literal != "" && t.scanned {
-			// A literal the scan looked for: found is the answer.
-			if re.mayMatchIn(t) {
-				return re.literal, true
-			}
-			continue
-		}
-		var start, end int
-		var ok bool
-		if p.word {
-			start, end, ok = re.findWordIn(t)
-		} else {
-			start, end, ok = re.findIn(t)
-		}
-		if ok {
-			return t.s[start:end], true
-		}
-	}
-	return "", false
-}
-
-// match reports whether any pattern matches t.
-func (p phrases) match(t *subject) bool {
-	_, ok := p.find(t)
-	return ok
-}
-
 // overflowStrongRE: context-overflow wordings (docs/retry-policy.md §1.2: the
 // reference's list, plus the wordings of providers it does not list). A
 // match makes the failure a context overflow whatever else the text says.
 // The reference's patterns with unbounded gaps are in overflowGapped.
-var overflowStrongRE = anyPhrases(
+var overflowStrongRE = match.AnyPhrases(
 	// reference (OVERFLOW_PATTERNS)
 	`prompt is too long`,                    // Anthropic
 	`input is too long for requested model`, // Amazon Bedrock
@@ -115,7 +60,7 @@ var overflowStrongRE = anyPhrases(
 // overflowGapped are the reference's overflow patterns with unbounded gaps.
 // The gaps make them the most expensive patterns by far: their prefilter
 // (every literal part present) keeps them from running on most messages.
-var overflowGapped = anyPhrases(
+var overflowGapped = match.AnyPhrases(
 	`input token count.*exceeds the maximum`, // Google Gemini
 	`requested tokens?.*exceed.*context (?:window|length|size)`,
 	`context (?:window|length|size).*(?:exceeded|overflow|too small)`,
@@ -127,14 +72,14 @@ var overflowGapped = anyPhrases(
 // overflowWeakRE: overflow wordings that throttling messages share ("Too many
 // tokens, please wait before trying again" is AWS throttling). They count only
 // when the text carries no throttling signal (throttleRE, status 429).
-var overflowWeakRE = anyPhrases(
+var overflowWeakRE = match.AnyPhrases(
 	`too many tokens`,
 	`token limit exceeded`,
 	`exceeds the limit of \d+`, // GitHub Copilot
 )
 
 // throttleRE: wording of per-period throttling, which vetoes overflowWeakRE.
-var throttleRE = anyPhrases(
+var throttleRE = match.AnyPhrases(
 	`per.?(?:minute|min|second|sec|hour|day)\b`,
 	`\b(?:tpm|rpm|tpd|rpd)\b`,
 	`rate.?limit`,
@@ -148,9 +93,9 @@ var throttleRE = anyPhrases(
 // staleItemRE and stalePrevRE/staleDetailRE: the stale OpenAI Responses replay
 // (docs/retry-policy.md §1.3).
 var (
-	staleItemRE   = wordPhrases(`item with id ['"][^'"]+['"] not found`)
-	stalePrevRE   = guard(`previous[ _]?response`)
-	staleDetailRE = guard(`not[ _]?found|invalid|expired|stale|zero[ _-]?data[ _-]?retention`)
+	staleItemRE   = match.WordPhrases(`item with id ['"][^'"]+['"] not found`)
+	stalePrevRE   = match.Compile(`previous[ _]?response`)
+	staleDetailRE = match.Compile(`not[ _]?found|invalid|expired|stale|zero[ _-]?data[ _-]?retention`)
 )
 
 // staleReasoningRE: a provider refusing reasoning state replayed to it, one
@@ -172,19 +117,19 @@ var (
 // could not be verified.", "The encrypted content gAAA… could not be
 // verified. Reason: Encrypted content organization_id did not match the
 // target organization.", "… could not be decrypted or parsed.").
-var staleReasoningRE = []phrases{
-	wordPhrases(
+var staleReasoningRE = []match.Phrases{
+	match.WordPhrases(
 		`invalid .?signature.? in .?thinking.? block`,
 		`blocks in the latest assistant message cannot be modified`,
 		`thinking blocks, the first block must be .?thinking`,
 		`message in the final position cannot contain .?thinking`,
 		`thought signature is not valid`,
 	),
-	wordPhrases(
+	match.WordPhrases(
 		`must start with a thinking block`,
 		`expected .?thinking.? or .?redacted_thinking.?, but found`,
 	),
-	wordPhrases(
+	match.WordPhrases(
 		`invalid_encrypted_content`,
 		`encrypted content.*could not be (?:verified|decrypted)`,
 		`encrypted content organization.?id did not match`,
@@ -199,7 +144,7 @@ var staleReasoningCases = []StaleCase{StaleReasoningSignature, StaleReasoningOrd
 // classifyText) with word
 // boundaries, plus the transport errors of Go's net/http, crypto/tls and
 // x/net/http2, Node, Envoy and Bedrock.
-var transientRE = wordPhrases(
+var transientRE = match.WordPhrases(
 	// overloaded / provider-returned-error
 	`overloaded`,
 	`provider.?returned.?error`,
@@ -281,14 +226,14 @@ var transientRE = wordPhrases(
 // envelope failure before message_start (transient; one "before terminal stop
 // signal" is not).
 var (
-	anthropicEnvelopeRE  = guard(`anthropic stream envelope error:`)
-	beforeMessageStartRE = guard(`before message_start`)
+	anthropicEnvelopeRE  = match.Compile(`anthropic stream envelope error:`)
+	beforeMessageStartRE = match.Compile(`before message_start`)
 )
 
 // usageRE: usage-limit wordings (docs/retry-policy.md §1.8, plus billing
 // and daily-quota wordings). A usage limit rotates credentials instead of
 // backing off.
-var usageRE = wordPhrases(
+var usageRE = match.WordPhrases(
 	`usage.?limit`,
 	`usage_not_included`,
 	`limit_reached`,
@@ -320,7 +265,7 @@ var usageRE = wordPhrases(
 // the reference (so "account/rate-limits" in an OpenAI URL does not match).
 func accountNearRateLimit(w string) bool {
 	accounts := wordSpans(w, "account", func(end int) int {
-		if strings.HasPrefix(w[end:], "'s") && asciiBoundary(w, end+2) {
+		if strings.HasPrefix(w[end:], "'s") && match.Boundary(w, end+2) {
 			return end + 2
 		}
 		return end
@@ -336,7 +281,7 @@ func accountNearRateLimit(w string) bool {
 		}
 		at := off + k
 		off = at + 1
-		if !asciiBoundary(w, at+len("limit")) {
+		if !match.Boundary(w, at+len("limit")) {
 			continue
 		}
 		// "rate" right before, or with one character (not a newline) between.
@@ -345,7 +290,7 @@ func accountNearRateLimit(w string) bool {
 			if start < 0 || w[start:start+4] != "rate" || (gap == 1 && w[at-1] == '\n') {
 				continue
 			}
-			if asciiBoundary(w, start) {
+			if match.Boundary(w, start) {
 				limits = append(limits, [2]int{start, at + len("limit")})
 				break
 			}
@@ -376,42 +321,30 @@ func wordSpans(s, word string, extend func(end int) int) [][2]int {
 		at := off + k
 		off = at + 1
 		end := at + len(word)
-		if !asciiBoundary(s, at) {
+		if !match.Boundary(s, at) {
 			continue
 		}
 		if e := extend(end); e != end {
 			spans = append(spans, [2]int{at, e})
 			continue
 		}
-		if asciiBoundary(s, end) {
+		if match.Boundary(s, end) {
 			spans = append(spans, [2]int{at, end})
 		}
 	}
 }
 
-// asciiBoundary is regexp's \b at i: a word character ([0-9A-Za-z_]) on
-// exactly one side.
-func asciiBoundary(s string, i int) bool {
-	before := i > 0 && isWordByte(s[i-1])
-	after := i < len(s) && isWordByte(s[i])
-	return before != after
-}
-
-func isWordByte(b byte) bool {
-	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
-}
-
 // perMinuteRE: explicit per-minute/per-second wording. It keeps the account
 // pattern from turning ordinary throttling into a usage limit.
-var perMinuteRE = anyPhrases(`per.?min(?:ute)?\b`, `\b(?:tpm|rpm)\b`, `per.?second`)
+var perMinuteRE = match.AnyPhrases(`per.?min(?:ute)?\b`, `\b(?:tpm|rpm)\b`, `per.?second`)
 
-// Rate-limit reason phrases (reference parseRateLimitReason), used for the
+// Rate-limit reason match.Phrases (reference parseRateLimitReason), used for the
 // usage-limit window estimate and the fallback cooldown.
 var (
-	reasonQuotaFirstRE = anyPhrases(`quota will reset`, `exhausted your capacity`)
-	reasonCapacityRE   = anyPhrases(`capacity`, `overloaded`, `resource exhausted`)
-	reasonPerDayRE     = anyPhrases(`per.?day`, `daily (?:limit|quota)`)
-	reasonRateRE       = anyPhrases(`per minute`, `rate.?limit`, `too many requests`, `presque`)
-	reasonQuotaRE      = anyPhrases(`exhausted`, `quota`, `usage limit`, `insufficient.?balance`)
-	reasonServerRE     = anyPhrases(`internal error`, `internal server error`)
+	reasonQuotaFirstRE = match.AnyPhrases(`quota will reset`, `exhausted your capacity`)
+	reasonCapacityRE   = match.AnyPhrases(`capacity`, `overloaded`, `resource exhausted`)
+	reasonPerDayRE     = match.AnyPhrases(`per.?day`, `daily (?:limit|quota)`)
+	reasonRateRE       = match.AnyPhrases(`per minute`, `rate.?limit`, `too many requests`, `presque`)
+	reasonQuotaRE      = match.AnyPhrases(`exhausted`, `quota`, `usage limit`, `insufficient.?balance`)
+	reasonServerRE     = match.AnyPhrases(`internal error`, `internal server error`)
 )

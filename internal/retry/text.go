@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agentd/agentd/internal/retry/internal/match"
 )
 
 // This file holds the text helpers the classifier shares: normalisation,
@@ -29,9 +31,9 @@ func clip(s string) string {
 // message is an error message prepared once for the classifier and the hint
 // parser.
 type message struct {
-	clipped string  // clip(the message)
-	lower   subject // strings.ToLower(clipped); scanned when it is also words
-	words   subject // words(clipped), scanned; only withWords
+	clipped string        // clip(the message)
+	lower   match.Subject // strings.ToLower(clipped); scanned when it is also words
+	words   match.Subject // words(clipped), scanned; only withWords
 }
 
 // prepareMessage prepares s, with its words (for the classifier) when
@@ -44,24 +46,24 @@ func prepareMessage(s string, withWords bool) message {
 	ascii, upper, split := caseShape(c)
 	switch {
 	case !ascii:
-		m.lower.s = strings.ToLower(c)
+		m.lower.S = strings.ToLower(c)
 	case upper:
-		m.lower.s = asciiLower(c)
+		m.lower.S = asciiLower(c)
 	default:
-		m.lower.s = c
+		m.lower.S = c
 	}
 	if !withWords {
 		return m
 	}
 	switch {
 	case ascii && !split: // words only lower-cases: the same string
-		m.words = scanned(m.lower.s)
+		m.words = match.Scanned(m.lower.S)
 		m.lower = m.words
 	case ascii:
-		m.words, m.lower = scannedSplit(asciiWords(c, m.lower.s), m.lower.s)
+		m.words, m.lower = match.ScannedSplit(asciiWords(c, m.lower.S), m.lower.S)
 	default:
-		m.words = scanned(words(c))
-		if m.words.s == m.lower.s {
+		m.words = match.Scanned(words(c))
+		if m.words.S == m.lower.S {
 			m.lower = m.words
 		}
 	}
@@ -293,12 +295,12 @@ var transientStatusNumbers = []int{429, 500, 502, 503, 504, 520, 521, 522, 523, 
 // written in lower case and run on the lower-cased text (so that their
 // literals prefilter them); the last one, statusReasonPhrase, is
 // case-sensitive and runs on the text as written.
-var statusPatterns = []guardedRE{
-	guard(`\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
-	guard(`\bstatus\s+(\d{3})\b`),
-	guard(`\bhttp\s+(\d{3})\b`),
-	guard(`\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
-	guard(`(?:^|\s)(\d{3})\s+status code\b`),
+var statusPatterns = []match.Pattern{
+	match.Compile(`\bstatus(?:_code)?[:=]\s*(\d{3})\b`),
+	match.Compile(`\bstatus\s+(\d{3})\b`),
+	match.Compile(`\bhttp\s+(\d{3})\b`),
+	match.Compile(`\b(?:error|failed)\s*[:=]?\s*(\d{3})\b`),
+	match.Compile(`(?:^|\s)(\d{3})\s+status code\b`),
 }
 
 // statusReasonPhrase returns the digits of the leftmost match of
@@ -330,13 +332,13 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 
 // statusFromText returns the HTTP status written in an error message, or 0.
 func statusFromText(msg string) int {
-	return statusFromLower(msg, &subject{s: strings.ToLower(msg)})
+	return statusFromLower(msg, &match.Subject{S: strings.ToLower(msg)})
 }
 
 // statusFromLower is statusFromText with the message's lower-case form.
-func statusFromLower(msg string, lower *subject) int {
+func statusFromLower(msg string, lower *match.Subject) int {
 	for i := range statusPatterns {
-		if n := statusOf(statusPatterns[i].findSubmatchIn(lower)); n != 0 {
+		if n := statusOf(statusPatterns[i].FindSubmatchIn(lower)); n != 0 {
 			return n
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/retrybudget"
@@ -67,7 +67,7 @@ func TestMemory(t *testing.T) {
 }
 
 func newClient(t *testing.T, addr string) redis.UniversalClient {
-	c := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 500*time.Millisecond))
+	c := redis.NewUniversalClient(redisconn.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 500*time.Millisecond))
 	t.Cleanup(func() { c.Close() })
 	return c
 }

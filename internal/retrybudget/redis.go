@@ -88,7 +88,7 @@ type RedisOptions struct {
 }
 
 // NewRedis returns the shared budget and starts its flusher (Close stops
-// it). client must have bounded timeouts (credstore.ClientOptions).
+// it). client must have bounded timeouts (redisconn.ClientOptions).
 func NewRedis(client redis.Cmdable, b retry.Budget, o RedisOptions) *Redis {
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval

@@ -41,10 +41,6 @@ func callerOf(ctx context.Context) caller {
 
 func tenantOf(ctx context.Context) string { return callerOf(ctx).tenant }
 
-// isAdmin reports whether the call comes with an admin's token (or from
-// local mode's one tenant).
-func isAdmin(ctx context.Context) bool { return callerOf(ctx).admin }
-
 func withCaller(ctx context.Context, c caller) context.Context {
 	return context.WithValue(ctx, tenantKey{}, c)
 }

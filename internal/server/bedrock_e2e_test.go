@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -228,7 +229,7 @@ providers:
 	var evs []*agentdv1.Event
 	for {
 		e, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -291,7 +292,7 @@ func TestBedrockToolLoop(t *testing.T) {
 	var evs []*agentdv1.Event
 	for {
 		e, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

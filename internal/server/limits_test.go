@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -124,7 +125,7 @@ func TestLimitsOverGRPCAndREST(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := running.Recv(); err == io.EOF {
+		if _, err := running.Recv(); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatal(err)

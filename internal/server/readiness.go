@@ -42,24 +42,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // short TTL on every master, its answer kept for a second), nil with the
 // memory store; it sets agentd_store_writable.
 func (s *Server) storeWritable(ctx context.Context) error {
-	if s.rconn == nil {
+	if s.store == nil {
 		s.metrics.StoreWritable.Set(1)
 		return nil
 	}
-	err := s.rconn.Writable(ctx)
+	err := s.store.Writable(ctx)
 	if err != nil {
 		s.metrics.StoreWritable.Set(0)
 	} else {
 		s.metrics.StoreWritable.Set(1)
 	}
 	return err
-}
-
-// checkStoreAtStart probes the store once at start and logs why it cannot
-// write (a wrong topology is said here, not only by /readyz).
-func (s *Server) checkStoreAtStart(ctx context.Context) {
-	if err := s.storeWritable(ctx); err != nil {
-		s.log.Error("store.redis: the store cannot write (/readyz answers 503 until it can)",
-			"topology", string(s.rconn.Topology()), "err", err)
-	}
 }

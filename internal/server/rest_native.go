@@ -579,6 +579,7 @@ func (a *webAPI) startPromptViaGRPC(w http.ResponseWriter, r *http.Request, sess
 // writeStarted answers a prompt start.
 func writeStarted(w http.ResponseWriter, sessionID, promptID string, seq uint64) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(promptStarted{SessionID: sessionID, PromptID: promptID,
+	// A failed write means the client is gone: there is no one to tell.
+	_ = json.NewEncoder(w).Encode(promptStarted{SessionID: sessionID, PromptID: promptID,
 		AfterSeq: strconv.FormatUint(seq-1, 10)})
 }

@@ -230,13 +230,11 @@ func TestNativeRESTMatchesGateway(t *testing.T) {
 	}
 
 	// The event streams meet the checks of the gateway's client too.
-	for _, c := range []restCase{
+	cases = append(cases, []restCase{
 		{name: "sse events, deadline passed", method: "GET", target: restTarget("/v1/sessions/" + mine + "/events"), headers: []string{bearerA, sseAccept, restExpired}, status: "504"},
 		{name: "sse prompt, deadline passed", method: "POST", target: prompt(mine), headers: []string{bearerA, sseAccept, restExpired}, body: `{"text":"x"}`, status: "504"},
 		{name: "sse prompt, deadline passed, TE: trailers", method: "POST", target: prompt(mine), headers: []string{bearerA, sseAccept, restExpired, restTE}, body: `{"text":"x"}`, status: "504"},
-	} {
-		cases = append(cases, c)
-	}
+	}...)
 
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { ts.sameREST(t, c) })

@@ -19,13 +19,8 @@ import (
 	"github.com/agentd/agentd/internal/redistest"
 )
 
-// redisRoundTrips reads agentd_redis_round_trips_total off /metrics: every
-// component's, and the credential store's.
-func redisRoundTrips(t *testing.T, base string) int {
-	all, _ := redisRoundTripsBy(t, base)
-	return all
-}
-
+// redisRoundTripsBy reads agentd_redis_round_trips_total off /metrics:
+// every component's, and the credential store's.
 func redisRoundTripsBy(t *testing.T, base string) (all, creds int) {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")

@@ -22,8 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -37,38 +35,26 @@ import (
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/metrics"
-	"github.com/agentd/agentd/internal/provider"
-	"github.com/agentd/agentd/internal/provider/anthropic"
-	"github.com/agentd/agentd/internal/provider/bedrock"
-	"github.com/agentd/agentd/internal/provider/gemini"
-	"github.com/agentd/agentd/internal/provider/openai"
-	"github.com/agentd/agentd/internal/provider/sim"
-	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/session"
-	"github.com/agentd/agentd/internal/sessionstore"
 	"github.com/agentd/agentd/internal/telemetry"
 )
 
-// Server is a running agentd.
+// Server is agentd's API: the gRPC and HTTP servers over a session engine
+// and stores that package app built.
 type Server struct {
-	tracing         *telemetry.Tracing // nil: tracing off
-	cfg             *config.Config
-	log             *slog.Logger
-	sessions        *session.Manager
-	creds           credstore.Store
-	redis           redis.UniversalClient
-	rconn           *redisconn.Conn
-	shared          session.Shared // sessions shared by the replicas (Redis); nil in memory
-	sharedStore     *sessionstore.Redis
-	cooldowns       cooldownRegistry
-	budget          retryBudget                     // nil: no retry.budget
-	budgetClose     func(ctx context.Context) error // the shared budget's flusher
-	tickets         *ticketAuthority
-	auth            *authenticator
-	metrics         *metrics.Metrics
-	metricProviders []string
-	registry        *prometheus.Registry
-	now             func() time.Time
+	tracing       *telemetry.Tracing // nil: tracing off
+	cfg           *config.Config
+	log           *slog.Logger
+	sessions      *session.Manager
+	creds         credstore.Store
+	store         StoreProbe // nil: the memory store
+	replicaID     string
+	refreshGauges func(ctx context.Context)
+	tickets       *ticketAuthority
+	auth          *authenticator
+	metrics       *metrics.Metrics
+	registry      *prometheus.Registry
+	now           func() time.Time
 
 	grpcLis, httpLis net.Listener
 	grpcSrv          *grpc.Server
@@ -97,15 +83,42 @@ type Server struct {
 	stopErr  error
 }
 
+// Deps are what the server serves, built by package app.
+type Deps struct {
+	// Sessions is the session engine; the server's Stop drains and closes it.
+	Sessions *session.Manager
+	// Creds is the credential store (CredentialService, readiness).
+	Creds credstore.Store
+	// Providers are the configured providers' names (CredentialService
+	// accepts credentials for these).
+	Providers []string
+	// Metrics and Registry are the metrics and their registry (/metrics).
+	Metrics  *metrics.Metrics
+	Registry *prometheus.Registry
+	// RefreshGauges sets the gauges read from the stores; it runs before
+	// each scrape (nil: none).
+	RefreshGauges func(ctx context.Context)
+	// Store is the Redis store's write probe (/readyz); nil with the
+	// memory store.
+	Store StoreProbe
+	// ReplicaID names this replica with the Redis store ("" in memory).
+	ReplicaID string
+	// Tracing traces the API calls (nil: tracing off). The server flushes
+	// it (FlushTraces) but does not shut it down.
+	Tracing *telemetry.Tracing
+	// Now is the clock of the time that becomes data (stream tickets);
+	// nil is time.Now.
+	Now func() time.Time
+}
+
+// StoreProbe tells whether the shared store can write (see
+// redisconn.Conn.Writable).
+type StoreProbe interface {
+	Writable(ctx context.Context) error
+}
+
 // Option tunes a Server.
 type Option func(*Server)
-
-// WithClock sets the clock of the time that becomes data: event and history
-// timestamps, credential blocks and model cooldowns (timers are not
-// affected). Tests use it to expire a cooldown without waiting.
-func WithClock(now func() time.Time) Option {
-	return func(s *Server) { s.now = now }
-}
 
 // withViaGateway serves the requests of the native routes for which via
 // reports true as before them: through the gateway (the prompt start: its
@@ -114,85 +127,46 @@ func withViaGateway(via func(*http.Request) bool) Option {
 	return func(s *Server) { s.viaGateway = via }
 }
 
-// withTracing traces with tr whatever the configuration says
-// (benchmarks: a tracer provider that exports nowhere).
-func withTracing(tr *telemetry.Tracing) Option {
-	return func(s *Server) { s.tracing = tr }
-}
-
 // withoutSharedFrames makes every native SSE reader encode its own frames
 // (benchmarks).
 func withoutSharedFrames() Option {
 	return func(s *Server) { s.noSharedFrames = true }
 }
 
-// New builds a server from cfg and binds its listeners (so that port 0
-// works: GRPCAddr and HTTPAddr tell the bound addresses).
-func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) {
+// New builds the servers of cfg over deps and binds their listeners (so
+// that port 0 works: GRPCAddr and HTTPAddr tell the bound addresses). On an
+// error nothing stays bound.
+func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, registry: prometheus.NewRegistry(), now: time.Now}
+	s := &Server{cfg: cfg, log: log, sessions: deps.Sessions, creds: deps.Creds, store: deps.Store,
+		replicaID: deps.ReplicaID, refreshGauges: deps.RefreshGauges, metrics: deps.Metrics,
+		registry: deps.Registry, tracing: deps.Tracing, now: deps.Now}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.refreshGauges == nil {
+		s.refreshGauges = func(context.Context) {}
+	}
 	s.drain, s.drained = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
-
-	retrySettings, err := cfg.RetrySettings()
-	if err != nil {
-		return nil, err
-	}
-	mopts := metrics.OptionsFor(cfg)
-	s.metricProviders = mopts.Providers
-	s.metrics = metrics.New(s.registry, mopts)
-	if err := s.openStores(context.Background()); err != nil {
-		return nil, err
-	}
-	if s.tracing == nil {
-		if s.tracing, err = telemetry.Start(context.Background(), cfg.Telemetry, telemetry.Options{}); err != nil {
-			s.closeStores()
-			return nil, err
-		}
-	}
-	var tracer trace.Tracer
-	if s.tracing != nil {
-		tracer = s.tracing.Tracer()
-	}
-	providers := make([]session.Provider, 0, len(cfg.Providers))
 	providerNames := map[string]bool{}
-	for _, pc := range cfg.Providers {
-		client, err := newProviderClient(pc)
+	for _, p := range deps.Providers {
+		providerNames[p] = true
+	}
+	// What was bound or dialled so far, closed again when a later step
+	// fails.
+	var undo []func() error
+	defer func() {
 		if err != nil {
-			return nil, fmt.Errorf("providers %s: %w", pc.Name, err)
+			for i := len(undo) - 1; i >= 0; i-- {
+				_ = undo[i]()
+			}
 		}
-		providers = append(providers, session.Provider{Name: pc.Name, Kind: pc.Kind, Models: pc.ModelNames(), Catalog: pc.Catalog(),
-			RotateCredentials: !pc.Sticky(), Client: client, Pace: pc.Paces()})
-		providerNames[pc.Name] = true
-	}
-	var budget session.RetryBudget
-	if s.budget != nil {
-		budget = budgetAdapter{budget: s.budget, metrics: s.metrics, log: log}
-	}
-	s.sessions = session.NewManager(session.Options{
-		Providers:         providers,
-		Retry:             retrySettings,
-		Credentials:       credentialAdapter{store: s.creds, backend: cfg.Store.Backend, metrics: s.metrics},
-		Cooldowns:         probingCooldowns{cooldownRegistry: s.cooldowns, metrics: s.metrics},
-		Budget:            budget,
-		Observer:          s.metrics,
-		FallbackCooldown:  time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,
-		Now:               s.now,
-		EventBuffer:       cfg.Sessions.EventBuffer,
-		MaxPromptBytes:    cfg.Sessions.MaxPromptBytes,
-		MaxSessions:       cfg.Sessions.MaxSessions,
-		Limits:            sessionLimits(cfg.Limits),
-		ToolResultTimeout: time.Duration(cfg.Sessions.ToolResultTimeoutMs) * time.Millisecond,
-		Shared:            s.shared,
-		LeaseTTL:          time.Duration(cfg.Store.Redis.LeaseMs) * time.Millisecond,
-		Logger:            log,
-		Tracer:            tracer,
-		CaptureContent:    cfg.Telemetry.CaptureContent,
-	})
+	}()
 
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -237,21 +211,21 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (*Server, error) 
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("listen.grpc: %w", err)
 	}
+	undo = append(undo, s.grpcLis.Close)
 	if s.httpLis, err = net.Listen("tcp", cfg.Listen.HTTP); err != nil {
-		s.grpcLis.Close()
 		return nil, fmt.Errorf("listen.http: %w", err)
 	}
+	undo = append(undo, s.httpLis.Close)
 	handler, err := s.httpHandler()
+	if s.gwConn != nil {
+		undo = append(undo, s.gwConn.Close)
+	}
 	if err != nil {
-		s.grpcLis.Close()
-		s.httpLis.Close()
 		return nil, err
 	}
 	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	if addr := cfg.Metrics.Listen; addr != "" {
 		if s.metricsLis, err = net.Listen("tcp", addr); err != nil {
-			s.grpcLis.Close()
-			s.httpLis.Close()
 			return nil, fmt.Errorf("metrics.listen: %w", err)
 		}
 		mux := http.NewServeMux()
@@ -268,53 +242,6 @@ func (s *Server) MetricsAddr() string {
 		return ""
 	}
 	return s.metricsLis.Addr().String()
-}
-
-func newProviderClient(pc config.Provider) (provider.Provider, error) {
-	timeout := time.Duration(pc.TimeoutMs) * time.Millisecond
-	readTimeout := time.Duration(pc.ReadTimeoutMs) * time.Millisecond
-	switch pc.Kind {
-	case provider.KindSimulated:
-		return simProvider{sim.New(sim.Options{
-			FirstTokenDelay: time.Duration(pc.FirstTokenDelayMs) * time.Millisecond,
-			TokenDelay:      time.Duration(pc.TokenDelayMs) * time.Millisecond,
-			NoPromptCache:   !pc.PromptCacheOn(),
-		})}, nil
-	case provider.KindAnthropic:
-		return anthropic.New(anthropic.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
-			Headers: pc.Headers, AuthHeader: pc.AuthHeader, MaxTokens: pc.MaxTokens, NoPromptCache: !pc.PromptCacheOn()}), nil
-	case provider.KindOpenAIResponses, provider.KindOpenAIChat:
-		api := openai.APIResponses
-		if pc.Kind == provider.KindOpenAIChat {
-			api = openai.APIChat
-		}
-		return openai.New(openai.Options{API: api, BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
-			Headers: pc.Headers, AuthHeader: pc.AuthHeader, ChainResponses: pc.ChainResponses,
-			EncryptedReasoning: pc.EncryptedReasoning, NoPromptCache: !pc.PromptCacheOn()}), nil
-	case provider.KindAzureOpenAI:
-		return openai.New(openai.Options{Azure: true, APIVersion: pc.APIVersion, BaseURL: pc.BaseURL, Timeout: timeout,
-			ReadTimeout: readTimeout, Headers: pc.Headers, AuthHeader: pc.AuthHeader, API: pc.API, EntraID: pc.EntraID,
-			TokenURL: pc.TokenURL, ChainResponses: pc.ChainResponses, EncryptedReasoning: pc.EncryptedReasoning}), nil
-	case provider.KindBedrock:
-		return bedrock.New(bedrock.Options{Region: pc.Region, Endpoint: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
-			MaxTokens: pc.MaxTokens}), nil
-	case provider.KindGemini:
-		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout,
-			Headers: pc.Headers, AuthHeader: pc.AuthHeader}), nil
-	case provider.KindVertex:
-		return gemini.New(gemini.Options{BaseURL: pc.BaseURL, Timeout: timeout, ReadTimeout: readTimeout, Headers: pc.Headers,
-			AuthHeader: pc.AuthHeader, Vertex: &gemini.VertexOptions{Project: pc.Project, Location: pc.Location, TokenURL: pc.TokenURL}}), nil
-	default:
-		return nil, fmt.Errorf("unknown provider kind %q", pc.Kind)
-	}
-}
-
-// simProvider lets the session engine reject a bad fault script up front.
-type simProvider struct{ *sim.Provider }
-
-func (p simProvider) ValidatePrompt(text string) error {
-	_, err := sim.ParseScript(text)
-	return err
 }
 
 // FlushTraces exports the spans that ended so far (no-op with tracing off).
@@ -429,8 +356,8 @@ func (s *Server) Run(ctx context.Context) error {
 		})
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	if s.shared != nil {
-		s.log.Info("agentd serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "store", "redis", "replica", s.shared.ReplicaID())
+	if s.replicaID != "" {
+		s.log.Info("agentd serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "store", "redis", "replica", s.replicaID)
 	} else {
 		s.log.Info("agentd serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "store", "memory")
 	}
@@ -445,7 +372,8 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Stop drains: readiness goes down, every running prompt ends with a
 // prompt_end event, event streams end after their last event, then the HTTP
-// and gRPC servers stop. It is idempotent and bounded by ctx.
+// and gRPC servers stop. It is idempotent and bounded by ctx. The stores
+// and the tracing are package app's to close.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
 		s.draining.Store(true)
@@ -475,17 +403,17 @@ func (s *Server) Stop(ctx context.Context) error {
 		if err := s.gwConn.Close(); err != nil {
 			errs = append(errs, err)
 		}
-		if err := s.closeStores(); err != nil {
-			errs = append(errs, fmt.Errorf("stores: %w", err))
-		}
-		if s.tracing != nil {
-			// The last spans (the prompts the drain ended) go out.
-			if err := s.tracing.Shutdown(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("telemetry: %w", err))
-			}
-		}
 		s.stopErr = errors.Join(errs...)
-		s.log.Info("agentd stopped")
 	})
 	return s.stopErr
+}
+
+// metricsHandler refreshes the store gauges, then serves the registry.
+func (s *Server) metricsHandler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		s.refreshGauges(ctx)
+		cancel()
+		next.ServeHTTP(w, r)
+	})
 }

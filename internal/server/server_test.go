@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/server"
 )
@@ -29,6 +31,7 @@ import (
 const testTimeout = 60 * time.Second
 
 type testServer struct {
+	app     *app.App
 	srv     *server.Server
 	conn    *grpc.ClientConn
 	agent   agentdv1.AgentServiceClient
@@ -38,19 +41,20 @@ type testServer struct {
 
 // start runs agentd on loopback ports with the given YAML configuration
 // (listen addresses are set to port 0).
-func start(t testing.TB, yaml string, opts ...server.Option) *testServer {
+func start(t testing.TB, yaml string, opts ...app.Option) *testServer {
 	t.Helper()
 	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	srv, err := server.New(cfg, nil, opts...)
+	a, err := app.New(cfg, nil, opts...)
 	if err != nil {
-		t.Fatalf("server.New: %v", err)
+		t.Fatalf("app.New: %v", err)
 	}
+	srv := a.Server()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +71,7 @@ func start(t testing.TB, yaml string, opts ...server.Option) *testServer {
 			t.Errorf("server did not stop")
 		}
 	})
-	return &testServer{srv: srv, conn: conn, agent: agentdv1.NewAgentServiceClient(conn),
+	return &testServer{app: a, srv: srv, conn: conn, agent: agentdv1.NewAgentServiceClient(conn),
 		creds: agentdv1.NewCredentialServiceClient(conn), baseURL: "http://" + srv.HTTPAddr()}
 }
 
@@ -83,7 +87,7 @@ func collect(t *testing.T, stream grpc.ServerStreamingClient[agentdv1.Event]) []
 	var evs []*agentdv1.Event
 	for {
 		e, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return evs
 		}
 		if err != nil {
@@ -672,7 +676,7 @@ func TestManySessionsPromptAtOnce(t *testing.T) {
 			var seq uint64
 			for {
 				e, err := stream.Recv()
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					break
 				}
 				if err != nil {
@@ -730,7 +734,7 @@ func TestStopEndsStreamsWithFinalEvent(t *testing.T) {
 	}
 	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	if err := ts.srv.Stop(stopCtx); err != nil {
+	if err := ts.app.Stop(stopCtx); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	rest := collect(t, stream)
@@ -879,7 +883,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 func TestRESTFallbackAndRevert(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", server.WithClock(clock.Now))
+	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
 	ctx := testCtx(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
 	sse := func(text string) []sseFrame {
@@ -946,7 +950,7 @@ func TestToolLoopOverGRPC(t *testing.T) {
 	var evs []*agentdv1.Event
 	for {
 		e, err := stream.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -1097,7 +1101,7 @@ func TestMetricsAfterRetryChain(t *testing.T) {
 // the primary once the cooldown has expired.
 func TestRESTNewSessionStartsOffACoolingModel(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", server.WithClock(clock.Now))
+	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
 	ctx := testCtx(t)
 	sse := func(id, text string) []sseFrame {
 		resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+text+`"}`, http.Header{"Accept": {"text/event-stream"}})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -167,7 +168,7 @@ func grpcPrompt(b *testing.B, ts *sseTestServer, id string) time.Duration {
 			b.Fatalf("prompt: %v", err)
 		}
 		if ev.GetType() == session.EventPromptEnd {
-			if _, err := stream.Recv(); err != io.EOF {
+			if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 				b.Fatalf("after prompt_end: %v", err)
 			}
 			return first

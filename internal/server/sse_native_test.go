@@ -27,6 +27,7 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/telemetry"
 )
 
 // The native SSE routes answer as the gateway did: each case is sent twice to
@@ -37,6 +38,7 @@ import (
 const viaHeader = "X-Agentd-Test-Via"
 
 type sseTestServer struct {
+	app    TestApp
 	srv    *Server
 	addr   string
 	base   string
@@ -44,6 +46,13 @@ type sseTestServer struct {
 }
 
 func startSSE(t testing.TB, yaml string, opts ...Option) *sseTestServer {
+	t.Helper()
+	return startSSETraced(t, yaml, nil, opts...)
+}
+
+// startSSETraced is startSSE tracing with tr whatever the configuration
+// says (nil: as configured).
+func startSSETraced(t testing.TB, yaml string, tr *telemetry.Tracing, opts ...Option) *sseTestServer {
 	t.Helper()
 	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
 	if err != nil {
@@ -57,20 +66,21 @@ func startSSE(t testing.TB, yaml string, opts ...Option) *sseTestServer {
 		ts.native.Add(1)
 		return false
 	})}, opts...)
-	srv, err := New(cfg, nil, opts...)
+	a, err := newTestApp(cfg, nil, tr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := a.Server()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	ts.srv, ts.addr, ts.base = srv, srv.HTTPAddr(), "http://"+srv.HTTPAddr()
+	ts.app, ts.srv, ts.addr, ts.base = a, srv, srv.HTTPAddr(), "http://"+srv.HTTPAddr()
 	return ts
 }
 
@@ -531,7 +541,7 @@ func TestNativeSSEDrain(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := ts.srv.Stop(ctx); err != nil {
+	if err := ts.app.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ends := map[string]string{}

@@ -110,6 +110,7 @@ func TestGrants(t *testing.T) {
 }
 
 type webTestServer struct {
+	app  TestApp
 	srv  *Server
 	conn *grpc.ClientConn
 	base string
@@ -121,13 +122,14 @@ func startInternal(t *testing.T, yaml string, log *slog.Logger) *webTestServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, log)
+	a, err := newTestApp(cfg, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := a.Server()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	go func() { done <- a.Run(ctx) }()
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +141,7 @@ func startInternal(t *testing.T, yaml string, log *slog.Logger) *webTestServer {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return &webTestServer{srv: srv, conn: conn, base: "http://" + srv.HTTPAddr()}
+	return &webTestServer{app: a, srv: srv, conn: conn, base: "http://" + srv.HTTPAddr()}
 }
 
 // A genuine grant (as the HTTP face makes) still only reads the events of
@@ -281,7 +283,7 @@ func TestTicketsNotLogged(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	ts.srv.Stop(ctx)
+	ts.app.Stop(ctx)
 	if out := logs.String(); strings.Contains(out, tr.Ticket) || strings.Contains(out, strings.Split(tr.Ticket, ".")[2]) {
 		t.Fatalf("a ticket is in the logs:\n%s", out)
 	}

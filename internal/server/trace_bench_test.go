@@ -37,8 +37,8 @@ func (discardExporter) Shutdown(context.Context) error                          
 //	go test -run '^$' -bench SSEPromptTracing -benchmem -count 5 ./internal/server/
 func BenchmarkSSEPromptTracing(b *testing.B) {
 	const limits = "limits: {max_sessions_per_tenant: 10000000}\n"
-	newP := func(yaml string, opts ...Option) *prompter {
-		p := &prompter{b: b, ts: startSSE(b, limits+yaml, opts...), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}}
+	newP := func(yaml string, tr *telemetry.Tracing) *prompter {
+		p := &prompter{b: b, ts: startSSETraced(b, limits+yaml, tr), client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}}
 		b.Cleanup(p.client.CloseIdleConnections)
 		return p
 	}
@@ -49,9 +49,9 @@ func BenchmarkSSEPromptTracing(b *testing.B) {
 		name string
 		p    *prompter
 	}{
-		{"off", newP("")},
-		{"on", newP("", withTracing(rec))},
-		{"otlp", newP(fmt.Sprintf("telemetry: {otlp: {endpoint: %q, insecure: true}}\n", coll.Addr()))},
+		{"off", newP("", nil)},
+		{"on", newP("", rec)},
+		{"otlp", newP(fmt.Sprintf("telemetry: {otlp: {endpoint: %q, insecure: true}}\n", coll.Addr()), nil)},
 	}
 	// "echo": the 3-word echo (9 events); "answer": a 200-word answer
 	// (205 events), an answer's usual size.

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,7 +42,7 @@ providers:
 		t.Fatal(err)
 	}
 	for {
-		if _, err := stream.Recv(); err == io.EOF {
+		if _, err := stream.Recv(); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatal(err)

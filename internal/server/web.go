@@ -549,8 +549,8 @@ func (w *heartbeatWriter) finish() {
 		b.WriteString("event: error\n")
 		writeData(&b, bytes.TrimSpace(w.errBody.Bytes()))
 		b.WriteString("\n\n")
-		w.rw.Write(b.Bytes())
-		http.NewResponseController(w.rw).Flush()
+		_, _ = w.rw.Write(b.Bytes()) // a failed write: the client is gone
+		_ = http.NewResponseController(w.rw).Flush()
 	}
 }
 

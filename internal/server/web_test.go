@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
-	"github.com/agentd/agentd/internal/server"
 )
 
 const (
@@ -359,7 +359,7 @@ func wantStatus(t *testing.T, resp *http.Response, code int, grpcCode codes.Code
 
 func TestStreamTickets(t *testing.T) {
 	clock := &webClock{t: time.Now()}
-	ts := start(t, webAuth, server.WithClock(clock.Now))
+	ts := start(t, webAuth, app.WithClock(clock.Now))
 	ctx := testCtx(t)
 	idA := webSession(t, ctx, ts.baseURL, webTokenA)
 	idA2 := webSession(t, ctx, ts.baseURL, webTokenA)

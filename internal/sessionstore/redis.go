@@ -54,7 +54,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -148,14 +148,14 @@ var _ session.Shared = (*Redis)(nil)
 // control channel and waits for Redis to confirm it (bounded by
 // Options.Timeout: an unreachable Redis is an error), then starts the event
 // writer and the pub/sub listener; Close stops them. The client must honour
-// context deadlines (credstore.ClientOptions sets that up); the store does
+// context deadlines (redisconn.ClientOptions sets that up); the store does
 // not close it.
 func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("sessionstore: nil Redis client")
 	}
-	if !credstore.ContextTimeouts(client) {
-		return nil, errors.New("sessionstore: the Redis client must be created with ContextTimeoutEnabled (see credstore.ClientOptions), or a dead Redis could hold requests")
+	if !redisconn.ContextTimeouts(client) {
+		return nil, errors.New("sessionstore: the Redis client must be created with ContextTimeoutEnabled (see redisconn.ClientOptions), or a dead Redis could hold requests")
 	}
 	if o.ReplicaID == "" {
 		o.ReplicaID = newReplicaID()

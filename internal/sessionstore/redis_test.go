@@ -17,8 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 
 func newClient(t *testing.T, addr string, timeout time.Duration) redis.UniversalClient {
 	t.Helper()
-	c := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, timeout))
+	c := redis.NewUniversalClient(redisconn.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, timeout))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -1064,12 +1064,12 @@ func TestStartAlsoOtherScriptUnknown(t *testing.T) {
 	_, err := a.Create(ctx, record("ses_also", "t1"), 0)
 	must(t, err)
 	// The start script is known to the server (loaded by a first start).
-	res, err := a.Start(ctx, "ses_also", time.Minute, session.Run{PromptID: "p0"}, nil, session.PromptSlot{}, 0)
+	_, err = a.Start(ctx, "ses_also", time.Minute, session.Run{PromptID: "p0"}, nil, session.PromptSlot{}, 0)
 	must(t, err)
 	must(t, a.EndRun(ctx, "ses_also", session.PromptSlot{}))
 	unknown := redis.NewScript("return 'never loaded " + fmt.Sprint(time.Now().UnixNano()) + "'")
 	var other *redis.Cmd
-	res, err = a.StartAlso(ctx, "ses_also", time.Minute, session.Run{PromptID: "p1"}, nil, session.PromptSlot{}, 0,
+	res, err := a.StartAlso(ctx, "ses_also", time.Minute, session.Run{PromptID: "p1"}, nil, session.PromptSlot{}, 0,
 		func(ctx context.Context, pipe redis.Pipeliner) {
 			other = unknown.EvalSha(ctx, pipe, []string{"t:{ses_also}:x"})
 		})

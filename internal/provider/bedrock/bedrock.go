@@ -229,7 +229,7 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 	if ctx.Err() != nil {
 		return a.Aborted()
 	}
-	if cause := context.Cause(call.ctx); cause == errTimeout || cause == errReadTimeout {
+	if cause := context.Cause(call.ctx); errors.Is(cause, errTimeout) || errors.Is(cause, errReadTimeout) {
 		return a.Fail(call.errorText(cause), "", call.failure())
 	}
 	return s.end(call)
@@ -265,7 +265,7 @@ func (c *Client) fail(a *wire.Acc, call *callState, err error) provider.Result {
 		}
 		return a.Fail(provider.HTTPErrorMessage(status, code, msg), "", f)
 	}
-	if cause := context.Cause(call.ctx); cause == errTimeout || cause == errReadTimeout {
+	if cause := context.Cause(call.ctx); errors.Is(cause, errTimeout) || errors.Is(cause, errReadTimeout) {
 		return a.Fail(call.errorText(err), "", f)
 	}
 	return a.Fail("bedrock: "+err.Error(), "", f)
@@ -341,10 +341,10 @@ func (c *callState) failure() *provider.Failure {
 }
 
 func (c *callState) errorText(err error) string {
-	switch context.Cause(c.ctx) {
-	case errReadTimeout:
+	switch cause := context.Cause(c.ctx); {
+	case errors.Is(cause, errReadTimeout):
 		return fmt.Sprintf("stream read timed out: no data from the provider for %v", c.readTimeout)
-	case errTimeout:
+	case errors.Is(cause, errTimeout):
 		return fmt.Sprintf("request timed out after %v: %v", c.timeout, err)
 	}
 	return err.Error()

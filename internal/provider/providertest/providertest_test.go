@@ -117,6 +117,7 @@ func TestResponsesSequenceNumbers(t *testing.T) {
 	defer s.Close()
 	s.Enqueue(Step{Kind: StepErrorEvent, After: 3, ThenFailed: true})
 	resp := post(t, s, "/v1/responses", `{"model":"gpt-5","stream":true}`)
+	defer resp.Body.Close()
 	data := sseData(t, resp.Body)
 	for i, d := range data {
 		var ev struct {

@@ -51,7 +51,7 @@ func newCall(parent context.Context, timeout, readTimeout time.Duration) *Call {
 
 // do sends req (which must carry c.ctx).
 func (c *Call) do(client *http.Client, req *http.Request) error {
-	resp, err := client.Do(req)
+	resp, err := client.Do(req) //nolint:bodyclose // kept in c.resp; Call.Close closes it
 	if err != nil {
 		return err
 	}
@@ -113,10 +113,10 @@ func (c *Call) aborted() bool { return c.parent.Err() != nil }
 // errorText is the message of a transport failure: the Go error's text, or
 // which timeout ended the call.
 func (c *Call) errorText(err error) string {
-	switch context.Cause(c.ctx) {
-	case errReadTimeout:
+	switch cause := context.Cause(c.ctx); {
+	case errors.Is(cause, errReadTimeout):
 		return fmt.Sprintf("stream read timed out: no data from the provider for %v", c.readTimeout)
-	case errTimeout:
+	case errors.Is(cause, errTimeout):
 		return fmt.Sprintf("request timed out after %v: %v", c.timeout, err)
 	}
 	return err.Error()
@@ -268,7 +268,7 @@ func Run(ctx context.Context, client *http.Client, req *http.Request, timeout, r
 		if c.aborted() {
 			return a.aborted()
 		}
-		if cause := context.Cause(c.ctx); cause == errTimeout || cause == errReadTimeout {
+		if cause := context.Cause(c.ctx); errors.Is(cause, errTimeout) || errors.Is(cause, errReadTimeout) {
 			return a.Fail(c.errorText(err), "", c.Failure())
 		}
 		return h.Cut(c, err)

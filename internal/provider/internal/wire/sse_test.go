@@ -35,7 +35,7 @@ func TestSSEReader(t *testing.T) {
 	if _, err := r.next(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.next(); err != io.EOF {
+	if _, err := r.next(); !errors.Is(err, io.EOF) {
 		t.Errorf("clean end: %v, want EOF", err)
 	}
 

@@ -1,4 +1,4 @@
-package retry
+package match
 
 import (
 	"math/bits"
@@ -9,7 +9,7 @@ import (
 // it contains, in a single pass over the text.
 //
 // Why it exists: every pattern of the phrase families has a prefilter, the
-// literals every match must contain (guard.go), and most patterns cannot
+// literals every match must contain (pattern.go), and most patterns cannot
 // match most messages. Checked one strings.Contains at a time, the ~150
 // patterns' prefilters cost more than the few regexps that then run (F7 in
 // BENCHMARKS.md). Instead, every prefilter literal is registered here when
@@ -39,7 +39,7 @@ func (s *litSet) has(id int) bool { return s[id>>6]&(1<<(id&63)) != 0 }
 // almost every message anyway).
 const minIndexedLen = 3
 
-// patternSet is a set of pattern numbers (guardedRE.seq), as a bit set.
+// patternSet is a set of pattern numbers (Pattern.seq), as a bit set.
 type patternSet [4]uint64
 
 // maxPatterns is how many patterns get a number.
@@ -105,10 +105,14 @@ type literalIndex struct {
 	open     patternSet
 }
 
-// literals is the index of every pattern the package compiles at init.
+// literals is the index of every pattern compiled before Build.
 var literals = &literalIndex{ids: map[string]int{}}
 
-func init() { literals.build() }
+// Build compiles the literal index of every pattern compiled so far (by
+// Compile, AnyPhrases and WordPhrases). The patterns are package variables
+// of package retry, so retry calls Build from its init, which runs after
+// them; patterns compiled later match without the index.
+func Build() { literals.build() }
 
 // id returns the id of lit, registering it if needed. ok is false when lit
 // cannot be indexed: too short, asked for after the index was built, or the

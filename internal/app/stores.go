@@ -1,16 +1,16 @@
-package server
+package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/metrics"
@@ -22,68 +22,102 @@ import (
 	"github.com/agentd/agentd/internal/sessionstore"
 )
 
-// openStores builds the credential store the configuration asks for and
-// adds the configured credentials to it.
-func (s *Server) openStores(ctx context.Context) error {
-	cfg := s.cfg
+// stores are the credential store, the model cooldown registry, the retry
+// budget and, with the Redis backend, the client and the shared session
+// store, with what closes them.
+type stores struct {
+	creds       credstore.Store
+	cooldowns   cooldownRegistry
+	budget      retryBudget // nil: no retry.budget
+	rconn       *redisconn.Conn
+	sharedStore *sessionstore.Redis
+	shared      session.Shared // sessions shared by the replicas (Redis); nil in memory
+
+	// closers close what was opened, in the order it was opened.
+	closers []func() error
+}
+
+// openStores builds the stores the configuration asks for. On an error it
+// closes whatever it had opened.
+func openStores(cfg *config.Config, log *slog.Logger, m *metrics.Metrics, now func() time.Time) (_ *stores, err error) {
+	st := &stores{}
+	defer func() {
+		if err != nil {
+			_ = st.close()
+		}
+	}()
 	switch cfg.Store.Backend {
 	case "redis":
 		r := cfg.Store.Redis
 		// One client for the three stores, built for the configured
 		// topology (single server, Cluster, Sentinel).
 		o := redisconn.FromConfig(r)
-		o.Logger = s.log
+		o.Logger = log
 		conn, err := redisconn.New(o)
 		if err != nil {
-			return fmt.Errorf("store.redis: %w", err)
+			return nil, fmt.Errorf("store.redis: %w", err)
 		}
-		s.rconn, s.redis = conn, conn.Client()
+		st.rconn = conn
+		st.closers = append(st.closers, conn.Close)
+		client := conn.Client()
 		timeout := conn.Timeout()
 		// Every round trip of the three stores, by component.
-		s.redis.AddHook(s.metrics.RedisHook(r.KeyPrefix))
-		st, err := credstore.NewRedis(s.redis, credstore.RedisOptions{
+		client.AddHook(m.RedisHook(r.KeyPrefix))
+		creds, err := credstore.NewRedis(client, credstore.RedisOptions{
 			KeyPrefix:    r.KeyPrefix,
 			Timeout:      timeout,
 			SyncInterval: time.Duration(r.SyncIntervalMs) * time.Millisecond,
 			SecretKey:    []byte(r.SecretKey),
-			Logger:       s.log,
+			Logger:       log,
 		})
 		if err != nil {
-			s.rconn.Close()
-			return fmt.Errorf("store.redis: %w", err)
+			return nil, fmt.Errorf("store.redis: %w", err)
 		}
-		s.creds = st
-		s.cooldowns = cooldown.NewRedis(s.redis, r.KeyPrefix, s.now)
+		st.creds = creds
+		st.closers = append(st.closers, creds.Close)
+		st.cooldowns = cooldown.NewRedis(client, r.KeyPrefix, now)
 		if b, _ := cfg.RetryBudget(); b.Enabled() {
-			rb := retrybudget.NewRedis(s.redis, b, retrybudget.RedisOptions{KeyPrefix: r.KeyPrefix, Logger: s.log})
-			s.budget, s.budgetClose = rb, rb.Close
+			rb := retrybudget.NewRedis(client, b, retrybudget.RedisOptions{KeyPrefix: r.KeyPrefix, Logger: log})
+			st.budget = rb
+			st.closers = append(st.closers, func() error {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if err := rb.Close(ctx); err != nil {
+					log.Warn("retry budget: successes not sent at close", "err", err)
+				}
+				return nil
+			})
 		}
-		shared, err := sessionstore.NewRedis(s.redis, sessionstore.Options{
+		shared, err := sessionstore.NewRedis(client, sessionstore.Options{
 			KeyPrefix:   r.KeyPrefix,
 			EventBuffer: cfg.Sessions.EventBuffer,
 			Timeout:     timeout,
-			Logger:      s.log,
+			Logger:      log,
 			// Session creation and a prompt's end wait for the replicas.
 			MinReplicaAcks: r.MinReplicaAcks,
 		})
 		if err != nil {
-			st.Close()
-			s.rconn.Close()
-			return fmt.Errorf("store.redis: sessions: %w", err)
+			return nil, fmt.Errorf("store.redis: sessions: %w", err)
 		}
-		s.sharedStore = shared
-		s.shared = startPicker{Redis: shared, creds: st, metrics: s.metrics}
+		st.sharedStore = shared
+		st.closers = append(st.closers, shared.Close)
+		st.shared = startPicker{Redis: shared, creds: creds, metrics: m}
 	default:
-		s.creds = credstore.NewMemory(credstore.MemoryOptions{Now: s.now})
-		s.cooldowns = cooldown.NewMemory(s.now)
+		st.creds = credstore.NewMemory(credstore.MemoryOptions{Now: now})
+		st.closers = append(st.closers, st.creds.Close)
+		st.cooldowns = cooldown.NewMemory(now)
 		if b, _ := cfg.RetryBudget(); b.Enabled() {
-			s.budget = retrybudget.NewMemory(b)
+			st.budget = retrybudget.NewMemory(b)
 		}
 	}
-	s.checkStoreAtStart(ctx) // readiness.go
+	return st, nil
+}
+
+// addConfigured adds the credentials of the configuration to the store.
+func (st *stores) addConfigured(ctx context.Context, cfg *config.Config) error {
 	for _, pc := range cfg.Providers {
 		for _, c := range pc.Credentials {
-			if _, err := s.creds.Add(ctx, credstore.Credential{ID: c.ID, Provider: pc.Name, Secret: c.APIKey,
+			if _, err := st.creds.Add(ctx, credstore.Credential{ID: c.ID, Provider: pc.Name, Secret: c.APIKey,
 				Source: credstore.SourceConfig, BankedResets: c.BankedResets, AutoRedeem: c.AutoRedeem || pc.AutoRedeem,
 				Account: c.Account}); err != nil {
 				return fmt.Errorf("providers %s: credential %s: %w", pc.Name, c.ID, err)
@@ -91,6 +125,20 @@ func (s *Server) openStores(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// close closes the stores in the reverse order of their opening: the
+// stores' background work first, the Redis client last. It returns the
+// first error.
+func (st *stores) close() error {
+	var err error
+	for i := len(st.closers) - 1; i >= 0; i-- {
+		if cerr := st.closers[i](); err == nil {
+			err = cerr
+		}
+	}
+	st.closers = nil
+	return err
 }
 
 // cooldownRegistry is the model cooldown registry: in memory, or shared
@@ -149,32 +197,6 @@ func (a budgetAdapter) Retry(ctx context.Context, model string) bool {
 
 func (a budgetAdapter) Succeeded(model string) { a.budget.Succeeded(model) }
 
-// closeStores stops the stores' background work and closes the Redis client.
-func (s *Server) closeStores() error {
-	var err error
-	if s.budgetClose != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if cerr := s.budgetClose(ctx); cerr != nil {
-			s.log.Warn("retry budget: successes not sent at close", "err", cerr)
-		}
-		cancel()
-	}
-	if s.sharedStore != nil {
-		err = s.sharedStore.Close()
-	}
-	if s.creds != nil {
-		if cerr := s.creds.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if s.rconn != nil {
-		if cerr := s.rconn.Close(); err == nil {
-			err = cerr
-		}
-	}
-	return err
-}
-
 // credentialAdapter gives the session engine the credential store, and
 // counts what it does. A session of tenant T calls with a credential of
 // T's pool (see package credstore): T's own credentials of the provider
@@ -229,10 +251,10 @@ func ignoreAllBlocked(err error) error {
 	return err
 }
 
-// refreshGauges sets the gauges read from the stores; it runs before each
-// scrape.
-func (s *Server) refreshGauges(ctx context.Context) {
-	infos, err := s.creds.List(ctx, credstore.Filter{All: true})
+// refreshGauges sets the gauges read from the stores; the server runs it
+// before each scrape.
+func (st *stores) refreshGauges(ctx context.Context, m *metrics.Metrics, providers []string) {
+	infos, err := st.creds.List(ctx, credstore.Filter{All: true})
 	if err == nil {
 		total := map[string]int{}
 		blocked := map[string]int{}
@@ -242,34 +264,24 @@ func (s *Server) refreshGauges(ctx context.Context) {
 				blocked[i.Provider]++
 			}
 		}
-		for _, p := range s.metricProviders {
-			s.metrics.Credentials.WithLabelValues(p).Set(float64(total[p]))
-			s.metrics.CredentialsBlocked.WithLabelValues(p).Set(float64(blocked[p]))
+		for _, p := range providers {
+			m.Credentials.WithLabelValues(p).Set(float64(total[p]))
+			m.CredentialsBlocked.WithLabelValues(p).Set(float64(blocked[p]))
 		}
 	}
-	if active, err := s.cooldowns.Active(ctx); err == nil {
-		s.metrics.ModelsInCooldown.Set(float64(len(active)))
+	if active, err := st.cooldowns.Active(ctx); err == nil {
+		m.ModelsInCooldown.Set(float64(len(active)))
 	}
-	if s.budget != nil {
-		if levels, err := s.budget.Levels(ctx); err == nil {
-			s.metrics.RetryBudgetLevels(levels)
+	if st.budget != nil {
+		if levels, err := st.budget.Levels(ctx); err == nil {
+			m.RetryBudgetLevels(levels)
 		}
 	}
 	degraded := 0.0
-	if s.creds.Degraded() {
+	if st.creds.Degraded() {
 		degraded = 1
 	}
-	s.metrics.StoreDegraded.Set(degraded)
-}
-
-// metricsHandler refreshes the store gauges, then serves the registry.
-func (s *Server) metricsHandler(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		s.refreshGauges(ctx)
-		cancel()
-		next.ServeHTTP(w, r)
-	})
+	m.StoreDegraded.Set(degraded)
 }
 
 // startPicker is the Redis session store whose prompt start carries the
@@ -295,7 +307,7 @@ func (p startPicker) StartPick(ctx context.Context, id string, ttl time.Duration
 	c, ok, perr := result()
 	if perr != nil || !ok {
 		// The call picks again (and reports what the store says).
-		return res, session.Picked{}, nil
+		return res, session.Picked{}, nil //nolint:nilerr // the start succeeded; only its pick is redone
 	}
 	p.metrics.StoreOp("redis", "pick", nil)
 	return res, session.Picked{Credential: c, OK: true}, nil

@@ -1,4 +1,4 @@
-package retry
+package match
 
 import (
 	"regexp"
@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// guardedRE is a regexp with the means to avoid running it, or to run it
+// Pattern is a regexp with the means to avoid running it, or to run it
 // only where a match can start:
 //
 //   - a prefilter: literals every match must contain. Most patterns cannot
 //     match most messages, and a literal check rejects those far faster than
 //     the regexp engine, which cannot skip ahead on patterns that start with
-//     \b, a class or an alternation. On a scanned subject (see literals.go)
+//     \b, a class or an alternation. On a scanned Subject (see literals.go)
 //     the check is a few bit tests, and it is a conjunction: every part of a
 //     concatenation must match, so each part's literals are required.
 //   - candidate starts: literals every match begins with (after a leading \b,
@@ -21,17 +21,17 @@ import (
 //     costs tens of µs on a message of a few hundred bytes. With starts, the
 //     regexp runs anchored (as ^(?:…)) at the occurrences of the starts only.
 //
-// Matching through the subject methods (findIn, findWordIn, findSubmatchIn,
-// eachMatchIn) is exactly the regexp's leftmost-first matching on the whole
+// Matching through the Subject methods (FindIn, FindWordIn, FindSubmatchIn,
+// EachMatchIn) is exactly the regexp's leftmost-first matching on the whole
 // text; differential_test.go checks it against the plain regexp.
-type guardedRE struct {
+type Pattern struct {
 	Regexp *regexp.Regexp
-	lits   []string // one set of required literals (nil: no prefilter); for mayMatch
+	lits   []string // one set of required literals (nil: no prefilter); for MayMatch
 
 	// clauses: every match contains at least one literal of each clause
 	// (ids in the literal index). Empty: no prefilter through the index.
 	// seq is the pattern's number in the index (-1: none), which tells the
-	// first clause from a scanned subject's candidates.
+	// first clause from a scanned Subject's candidates.
 	clauses [][]int
 	seq     int
 
@@ -39,12 +39,12 @@ type guardedRE struct {
 	// word boundary when wordStart (the pattern's leading \b). nil: unknown,
 	// the plain regexp runs. startIDs are their ids in the literal index
 	// (-1: not indexed), for the longer starts of patterns with several: a
-	// scanned subject then says which starts are worth looking for.
+	// scanned Subject then says which starts are worth looking for.
 	starts    []string
 	startIDs  []int
 	wordStart bool
 	// literal is the pattern itself when it is a plain literal that the
-	// index holds: on a scanned subject the prefilter is then the answer.
+	// index holds: on a scanned Subject the prefilter is then the answer.
 	literal string
 	// anchored is ^(?:pattern): the match starting at a candidate position.
 	// nil when the pattern is a plain literal (then the match is the literal
@@ -61,8 +61,8 @@ const maxStarts = 8
 const minIndexedStart = 5
 
 // guard compiles pattern with its prefilter and candidate starts.
-func guard(pattern string) guardedRE {
-	g := guardedRE{Regexp: regexp.MustCompile(pattern), seq: -1}
+func Compile(pattern string) Pattern {
+	g := Pattern{Regexp: regexp.MustCompile(pattern), seq: -1}
 	tree, err := syntax.Parse(pattern, syntax.Perl)
 	if err != nil {
 		return g
@@ -132,9 +132,9 @@ func indexedClauses(clauses [][]string) [][]int {
 	return out
 }
 
-// mayMatch reports whether s contains one of the required literals (true
+// MayMatch reports whether s contains one of the required literals (true
 // when there is no prefilter).
-func (g *guardedRE) mayMatch(s string) bool {
+func (g *Pattern) MayMatch(s string) bool {
 	if g.lits == nil {
 		return true
 	}
@@ -146,42 +146,42 @@ func (g *guardedRE) mayMatch(s string) bool {
 	return false
 }
 
-// subject is a text to match, with the set of indexed literals it contains
+// Subject is a text to match, with the set of indexed literals it contains
 // and the patterns whose first prefilter clause holds, when it was scanned.
-type subject struct {
-	s       string
+type Subject struct {
+	S       string // the text
 	scanned bool
 	found   litSet
 	cands   patternSet
 }
 
 // scanned prepares s for many patterns: one pass of the literal index.
-func scanned(s string) subject {
+func Scanned(s string) Subject {
 	if !literals.ready() {
-		return subject{s: s}
+		return Subject{S: s}
 	}
-	t := subject{s: s, scanned: true, found: literals.scan(s)}
+	t := Subject{S: s, scanned: true, found: literals.scan(s)}
 	t.cands = literals.candidates(&t.found)
 	return t
 }
 
 // scannedSplit is scanned of words and lower, where words is lower with
 // spaces inserted, in one pass.
-func scannedSplit(words, lower string) (w, l subject) {
+func ScannedSplit(words, lower string) (w, l Subject) {
 	if !literals.ready() {
-		return subject{s: words}, subject{s: lower}
+		return Subject{S: words}, Subject{S: lower}
 	}
-	w = subject{s: words, scanned: true}
-	l = subject{s: lower, scanned: true}
+	w = Subject{S: words, scanned: true}
+	l = Subject{S: lower, scanned: true}
 	w.found, l.found = literals.scanSplit(words, lower)
 	w.cands, l.cands = literals.candidates(&w.found), literals.candidates(&l.found)
 	return w, l
 }
 
-// mayMatchIn is the prefilter on t.
-func (g *guardedRE) mayMatchIn(t *subject) bool {
+// MayMatchIn is the prefilter on t.
+func (g *Pattern) MayMatchIn(t *Subject) bool {
 	if !t.scanned {
-		return g.mayMatch(t.s)
+		return g.MayMatch(t.S)
 	}
 	clauses := g.clauses
 	if g.seq >= 0 {
@@ -204,22 +204,22 @@ clauses:
 	return true
 }
 
-// matchIn reports whether g matches t.
-func (g *guardedRE) matchIn(t *subject) bool {
+// MatchIn reports whether g matches t.
+func (g *Pattern) MatchIn(t *Subject) bool {
 	if g.literal != "" && t.scanned {
-		return g.mayMatchIn(t)
+		return g.MayMatchIn(t)
 	}
-	_, _, ok := g.findIn(t)
+	_, _, ok := g.FindIn(t)
 	return ok
 }
 
-// findIn returns the leftmost match of g in t.s.
-func (g *guardedRE) findIn(t *subject) (start, end int, ok bool) {
-	if !g.mayMatchIn(t) {
+// FindIn returns the leftmost match of g in t.S.
+func (g *Pattern) FindIn(t *Subject) (start, end int, ok bool) {
+	if !g.MayMatchIn(t) {
 		return 0, 0, false
 	}
 	if g.starts == nil {
-		loc := g.Regexp.FindStringIndex(t.s)
+		loc := g.Regexp.FindStringIndex(t.S)
 		if loc == nil {
 			return 0, 0, false
 		}
@@ -228,26 +228,26 @@ func (g *guardedRE) findIn(t *subject) (start, end int, ok bool) {
 	return g.matchFrom(t, 0, nil)
 }
 
-// findWordIn returns the leftmost match of g in t.s that starts at a leading
+// FindWordIn returns the leftmost match of g in t.S that starts at a leading
 // word boundary (lead). The pattern must contain no ^ and no \b (see
-// phrases).
-func (g *guardedRE) findWordIn(t *subject) (start, end int, ok bool) {
-	if !g.mayMatchIn(t) {
+// Phrases).
+func (g *Pattern) FindWordIn(t *Subject) (start, end int, ok bool) {
+	if !g.MayMatchIn(t) {
 		return 0, 0, false
 	}
 	if g.starts != nil {
-		return g.matchFrom(t, 0, lead)
+		return g.matchFrom(t, 0, Lead)
 	}
 	// Without ^ or \b, matching a suffix of s is sound: each search finds
 	// the next position where a match starts.
-	s := t.s
+	s := t.S
 	for off := 0; off < len(s); {
 		loc := g.Regexp.FindStringIndex(s[off:])
 		if loc == nil {
 			return 0, 0, false
 		}
 		start, end := off+loc[0], off+loc[1]
-		if lead(s, start) {
+		if Lead(s, start) {
 			return start, end, true
 		}
 		off = start + 1
@@ -255,36 +255,36 @@ func (g *guardedRE) findWordIn(t *subject) (start, end int, ok bool) {
 	return 0, 0, false
 }
 
-// findSubmatchIn is regexp's FindStringSubmatch on t.s.
-func (g *guardedRE) findSubmatchIn(t *subject) []string {
-	if !g.mayMatchIn(t) {
+// FindSubmatchIn is regexp's FindStringSubmatch on t.S.
+func (g *Pattern) FindSubmatchIn(t *Subject) []string {
+	if !g.MayMatchIn(t) {
 		return nil
 	}
 	if g.starts == nil || g.anchored == nil {
-		return g.Regexp.FindStringSubmatch(t.s)
+		return g.Regexp.FindStringSubmatch(t.S)
 	}
 	start, _, ok := g.matchFrom(t, 0, nil)
 	if !ok {
 		return nil
 	}
-	return g.anchored.FindStringSubmatch(t.s[start:])
+	return g.anchored.FindStringSubmatch(t.S[start:])
 }
 
-// eachMatchIn calls fn with the successive non-overlapping matches of g in
-// t.s, as regexp's FindAllStringIndex finds them, until fn returns true.
-func (g *guardedRE) eachMatchIn(t *subject, fn func(start, end int) bool) {
-	if !g.mayMatchIn(t) {
+// EachMatchIn calls fn with the successive non-overlapping matches of g in
+// t.S, as regexp's FindAllStringIndex finds them, until fn returns true.
+func (g *Pattern) EachMatchIn(t *Subject, fn func(start, end int) bool) {
+	if !g.MayMatchIn(t) {
 		return
 	}
 	if g.starts == nil {
-		for _, loc := range g.Regexp.FindAllStringIndex(t.s, -1) {
+		for _, loc := range g.Regexp.FindAllStringIndex(t.S, -1) {
 			if fn(loc[0], loc[1]) {
 				return
 			}
 		}
 		return
 	}
-	for from := 0; from <= len(t.s); {
+	for from := 0; from <= len(t.S); {
 		start, end, ok := g.matchFrom(t, from, nil)
 		if !ok || fn(start, end) {
 			return
@@ -301,8 +301,8 @@ func (g *guardedRE) eachMatchIn(t *subject, fn func(start, end int) bool) {
 // occurrences of the start literals, in increasing order; at each, the
 // anchored regexp decides on the rest of the text, so the context of every
 // assertion after the start is the whole text's.
-func (g *guardedRE) matchFrom(t *subject, from int, accept func(s string, i int) bool) (start, end int, ok bool) {
-	s := t.s
+func (g *Pattern) matchFrom(t *Subject, from int, accept func(s string, i int) bool) (start, end int, ok bool) {
+	s := t.S
 	// next[i] is the next occurrence of starts[i] at or after pos; -1: none
 	// left; below pos: to be searched.
 	var next [maxStarts]int
@@ -334,7 +334,7 @@ func (g *guardedRE) matchFrom(t *subject, from int, accept func(s string, i int)
 			return 0, 0, false
 		}
 		pos = p + 1
-		if (g.wordStart && !asciiBoundary(s, p)) || (accept != nil && !accept(s, p)) {
+		if (g.wordStart && !Boundary(s, p)) || (accept != nil && !accept(s, p)) {
 			continue
 		}
 		if g.anchored == nil {

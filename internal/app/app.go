@@ -1,0 +1,264 @@
+// Package app is agentd's composition root: from the configuration it
+// builds the stores (in memory, or on one Redis client), the tracing, the
+// provider clients, the session engine and the servers, runs them, and
+// stops them in the reverse order. A step that fails undoes every step
+// before it, so that a failed start leaves no client, goroutine or
+// listener behind.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/metrics"
+	"github.com/agentd/agentd/internal/server"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/telemetry"
+)
+
+// stopTimeout bounds the drain that Run starts when its context is done.
+const stopTimeout = 30 * time.Second
+
+// App is a built agentd: its stores opened, its listeners bound.
+type App struct {
+	log    *slog.Logger
+	srv    *server.Server
+	stores *stores
+
+	// undo closes what New opened, in the order it was opened; Stop runs
+	// it backwards once the server has drained.
+	undo []func(ctx context.Context) error
+
+	stopOnce sync.Once
+	srvErr   error // the server's Stop
+	undoErr  error // closing the stores and the tracing
+}
+
+// Option tunes an App.
+type Option func(*settings)
+
+type settings struct {
+	now        func() time.Time
+	tracing    *telemetry.Tracing
+	serverOpts []server.Option
+}
+
+// WithClock sets the clock of the time that becomes data: event and history
+// timestamps, stream tickets, credential blocks and model cooldowns (timers
+// are not affected). Tests use it to expire a cooldown without waiting.
+func WithClock(now func() time.Time) Option {
+	return func(s *settings) { s.now = now }
+}
+
+// WithTracing traces with tr whatever the configuration says (benchmarks: a
+// tracer provider that exports nowhere). The caller shuts tr down.
+func WithTracing(tr *telemetry.Tracing) Option {
+	return func(s *settings) { s.tracing = tr }
+}
+
+// WithServerOptions passes opts to server.New (tests and benchmarks).
+func WithServerOptions(opts ...server.Option) Option {
+	return func(s *settings) { s.serverOpts = append(s.serverOpts, opts...) }
+}
+
+// New builds agentd from cfg and binds its listeners (so that port 0
+// works: Server().GRPCAddr and HTTPAddr tell the bound addresses). When a
+// step fails, what the steps before it opened is closed again, in the
+// reverse order, before New returns the error.
+func New(cfg *config.Config, log *slog.Logger, opts ...Option) (_ *App, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	set := settings{now: time.Now}
+	for _, o := range opts {
+		o(&set)
+	}
+	a := &App{log: log}
+	defer func() {
+		if err != nil {
+			a.rollback()
+		}
+	}()
+
+	retrySettings, err := cfg.RetrySettings()
+	if err != nil {
+		return nil, err
+	}
+	registry := prometheus.NewRegistry()
+	mopts := metrics.OptionsFor(cfg)
+	m := metrics.New(registry, mopts)
+
+	// Stores.
+	st, err := openStores(cfg, log, m, set.now)
+	if err != nil {
+		return nil, err
+	}
+	a.stores = st
+	a.undo = append(a.undo, func(context.Context) error {
+		if err := st.close(); err != nil {
+			return fmt.Errorf("stores: %w", err)
+		}
+		return nil
+	})
+	checkStoreAtStart(context.Background(), st, m, log)
+	if err := st.addConfigured(context.Background(), cfg); err != nil {
+		return nil, err
+	}
+
+	// Tracing.
+	tracing := set.tracing
+	if tracing == nil {
+		if tracing, err = telemetry.Start(context.Background(), cfg.Telemetry, telemetry.Options{}); err != nil {
+			return nil, err
+		}
+		if tracing != nil {
+			// The last spans (the prompts the drain ended) go out once
+			// the server has drained.
+			a.undo = append(a.undo, func(ctx context.Context) error {
+				if err := tracing.Shutdown(ctx); err != nil {
+					return fmt.Errorf("telemetry: %w", err)
+				}
+				return nil
+			})
+		}
+	}
+	var tracer trace.Tracer
+	if tracing != nil {
+		tracer = tracing.Tracer()
+	}
+
+	// Providers and the session engine.
+	providers, providerNames, err := buildProviders(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var budget session.RetryBudget
+	if st.budget != nil {
+		budget = budgetAdapter{budget: st.budget, metrics: m, log: log}
+	}
+	sessions := session.NewManager(session.Options{
+		Providers:         providers,
+		Retry:             retrySettings,
+		Credentials:       credentialAdapter{store: st.creds, backend: cfg.Store.Backend, metrics: m},
+		Cooldowns:         probingCooldowns{cooldownRegistry: st.cooldowns, metrics: m},
+		Budget:            budget,
+		Observer:          m,
+		FallbackCooldown:  time.Duration(cfg.Retry.FallbackCooldownMs) * time.Millisecond,
+		Now:               set.now,
+		EventBuffer:       cfg.Sessions.EventBuffer,
+		MaxPromptBytes:    cfg.Sessions.MaxPromptBytes,
+		MaxSessions:       cfg.Sessions.MaxSessions,
+		Limits:            sessionLimits(cfg.Limits),
+		ToolResultTimeout: time.Duration(cfg.Sessions.ToolResultTimeoutMs) * time.Millisecond,
+		Shared:            st.shared,
+		LeaseTTL:          time.Duration(cfg.Store.Redis.LeaseMs) * time.Millisecond,
+		Logger:            log,
+		Tracer:            tracer,
+		CaptureContent:    cfg.Telemetry.CaptureContent,
+	})
+	// Until the server owns the engine (its Stop drains it), a failed step
+	// closes it here.
+	closeSessions := func(ctx context.Context) error { return sessions.Close(ctx) }
+	a.undo = append(a.undo, closeSessions)
+
+	// The servers.
+	deps := server.Deps{
+		Sessions:  sessions,
+		Creds:     st.creds,
+		Providers: providerNames,
+		Metrics:   m,
+		Registry:  registry,
+		Tracing:   tracing,
+		RefreshGauges: func(ctx context.Context) {
+			st.refreshGauges(ctx, m, mopts.Providers)
+		},
+		Now: set.now,
+	}
+	if st.rconn != nil {
+		deps.Store = st.rconn
+	}
+	if st.shared != nil {
+		deps.ReplicaID = st.shared.ReplicaID()
+	}
+	srv, err := server.New(cfg, log, deps, set.serverOpts...)
+	if err != nil {
+		return nil, err
+	}
+	a.srv = srv
+	// The server's Stop drains and closes the engine from now on.
+	a.undo = a.undo[:len(a.undo)-1]
+	return a, nil
+}
+
+// rollback closes what a failed New had opened, in the reverse order.
+func (a *App) rollback() {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := a.runUndo(ctx); err != nil {
+		a.log.Warn("agentd: closing after a failed start", "err", err)
+	}
+}
+
+// runUndo runs the undo steps backwards and joins their errors.
+func (a *App) runUndo(ctx context.Context) error {
+	var errs []error
+	for i := len(a.undo) - 1; i >= 0; i-- {
+		if err := a.undo[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.undo = nil
+	return errors.Join(errs...)
+}
+
+// Server is the API server (its bound addresses, the session engine).
+func (a *App) Server() *server.Server { return a.srv }
+
+// Run serves until ctx is done, then drains and closes everything. It
+// returns the first serving error or the stop's error.
+func (a *App) Run(ctx context.Context) error {
+	err := a.srv.Run(ctx) // its drain when ctx is done included
+	stopCtx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	a.stop(stopCtx)
+	return errors.Join(err, a.undoErr)
+}
+
+// Stop drains the server (see server.Server.Stop), then closes the tracing
+// and the stores. It is idempotent and bounded by ctx.
+func (a *App) Stop(ctx context.Context) error {
+	a.stop(ctx)
+	return errors.Join(a.srvErr, a.undoErr)
+}
+
+func (a *App) stop(ctx context.Context) {
+	a.stopOnce.Do(func() {
+		a.srvErr = a.srv.Stop(ctx)
+		a.undoErr = a.runUndo(ctx)
+		a.log.Info("agentd stopped")
+	})
+}
+
+// checkStoreAtStart probes the store once at start and logs why it cannot
+// write (a wrong topology is said here, not only by /readyz).
+func checkStoreAtStart(ctx context.Context, st *stores, m *metrics.Metrics, log *slog.Logger) {
+	if st.rconn == nil {
+		m.StoreWritable.Set(1)
+		return
+	}
+	if err := st.rconn.Writable(ctx); err != nil {
+		m.StoreWritable.Set(0)
+		log.Error("store.redis: the store cannot write (/readyz answers 503 until it can)",
+			"topology", string(st.rconn.Topology()), "err", err)
+		return
+	}
+	m.StoreWritable.Set(1)
+}

@@ -1,0 +1,170 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/agentd/agentd/internal/app"
+	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/redistest"
+)
+
+const testTimeout = 30 * time.Second
+
+// Every test must leave no goroutine behind.
+func TestMain(m *testing.M) {
+	redistest.VerifyTestMain(m)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func parse(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse(strings.NewReader(yaml))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+// held binds a loopback port and keeps it bound until the test ends.
+func held(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String()
+}
+
+// freeAddr is a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// redisClients counts the connections to the Redis at addr other than the
+// caller's own.
+func redisClients(ctx context.Context, addr string) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	list, err := c.ClientList(ctx).Result()
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(strings.TrimSpace(list), "\n"), nil
+}
+
+// A step that fails after the Redis store was opened (a listener whose
+// address is taken) closes everything the steps before it had started:
+// the Redis client and its connections, the stores' goroutines, the
+// session engine's, and the listeners already bound.
+func TestNewRollsBackAfterRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	for _, tc := range []struct {
+		name, failing string
+		yaml          func(grpc string) string
+	}{
+		{"http listener", "listen.http", func(grpc string) string {
+			return fmt.Sprintf("listen: {grpc: %s, http: %s}\n", grpc, held(t))
+		}},
+		{"metrics listener", "metrics.listen", func(grpc string) string {
+			return fmt.Sprintf("listen: {grpc: %s, http: 127.0.0.1:0}\nmetrics: {listen: %s}\n", grpc, held(t))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			before := goleak.IgnoreCurrent()
+			grpcAddr := freeAddr(t)
+			prefix := strings.ReplaceAll(tc.name, " ", "-") + ":"
+			cfg := parse(t, tc.yaml(grpcAddr)+fmt.Sprintf(
+				"store:\n  backend: redis\n  redis: {addr: %q, key_prefix: %q}\n"+
+					"retry: {budget: {max_tokens: 10, token_ratio: 0.1}}\n"+
+					"providers: [{name: sim, kind: simulated, credentials: [{id: k1, api_key: sk-1}]}]\n", rs.Addr(), prefix))
+			a, err := app.New(cfg, nil)
+			if err == nil {
+				a.Stop(ctx)
+				t.Fatal("app.New: no error with a taken address")
+			}
+			if !strings.Contains(err.Error(), tc.failing) {
+				t.Fatalf("app.New: %v, want an error naming %s", err, tc.failing)
+			}
+			// The stores had written: Redis was reached before the failure.
+			probe := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+			keys, err := probe.Keys(ctx, prefix+"*").Result()
+			probe.Close()
+			if err != nil || len(keys) == 0 {
+				t.Fatalf("no key under %s in Redis (%v): the failing step came before the stores", prefix, err)
+			}
+			goleak.VerifyNone(t, before)
+			redistest.Eventually(ctx, t, "agentd's Redis connections closed", func(ctx context.Context) (bool, error) {
+				n, err := redisClients(ctx, rs.Addr())
+				return n == 0, err
+			})
+			// The gRPC listener, bound before the failing one, is free again.
+			l, err := net.Listen("tcp", grpcAddr)
+			if err != nil {
+				t.Fatalf("the gRPC address is still bound after the failed start: %v", err)
+			}
+			l.Close()
+		})
+	}
+}
+
+// Run serves until its context ends, then drains and closes the stores:
+// nothing of the Redis client is left.
+func TestRunStopsEverything(t *testing.T) {
+	rs := redistest.Start(t)
+	ctx := testCtx(t)
+	cfg := parse(t, fmt.Sprintf("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"+
+		"store:\n  backend: redis\n  redis: {addr: %q, key_prefix: \"run:\"}\n", rs.Addr()))
+	a, err := app.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+a.Server().HTTPAddr()+"/readyz", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %s", resp.Status)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Run did not return")
+	}
+	redistest.Eventually(ctx, t, "agentd's Redis connections closed", func(ctx context.Context) (bool, error) {
+		n, err := redisClients(ctx, rs.Addr())
+		return n == 0, err
+	})
+}
