@@ -292,7 +292,11 @@ func (s *Session) closeOwnerLostLocked(ctx context.Context, promptID string, res
 		msg.Content = append(msg.Content, provider.Block{Type: provider.BlockToolResult, ToolCallID: c.CallID,
 			ToolName: c.Name, Text: "not executed: " + ErrOwnerLost, IsError: true})
 	}
-	s.appendContextLocked(ctx, promptID, msg)
+	if err := s.appendContextLocked(ctx, promptID, msg); err != nil {
+		// The history keeps the dangling calls; a later prompt closes them
+		// (closeDanglingToolCallsLocked).
+		s.m.log.Warn("results of a lost owner's tool calls not stored", "session", s.id, "err", err)
+	}
 }
 
 // handOffLocked stops a run waiting in backoff so that another replica
