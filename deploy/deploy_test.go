@@ -244,7 +244,7 @@ func registered(t *testing.T) registryResult {
 			registryErr = err
 			return
 		}
-		res.opts = metrics.OptionsFor(cfg)
+		res.opts = app.MetricsOptions(cfg)
 		reg := prometheus.NewPedanticRegistry()
 		rec := &recorder{Registerer: reg}
 		metrics.New(rec, res.opts)

@@ -93,7 +93,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (_ *App, err erro
 		return nil, err
 	}
 	registry := prometheus.NewRegistry()
-	mopts := metrics.OptionsFor(cfg)
+	mopts := MetricsOptions(cfg)
 	m := metrics.New(registry, mopts)
 
 	// Stores.

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
-	"github.com/agentd/agentd/internal/config"
 	agentprovider "github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
@@ -532,33 +531,4 @@ func (m *Metrics) StoreOp(backend, op string, err error) {
 	if err != nil {
 		m.StoreErrors.WithLabelValues(backend, op).Inc()
 	}
-}
-
-// OptionsFor derives the closed label sets from a configuration: its
-// providers, their models and the fallback chains' models and roles.
-func OptionsFor(cfg *config.Config) Options {
-	var o Options
-	for _, p := range cfg.Providers {
-		o.Providers = append(o.Providers, p.Name)
-		for _, m := range p.ModelNames() {
-			o.Models = append(o.Models, p.Name+"/"+m)
-		}
-		if len(p.Models) == 0 {
-			o.OpenProviders = append(o.OpenProviders, p.Name)
-		}
-	}
-	for role, chain := range cfg.Retry.FallbackChains {
-		o.Roles = append(o.Roles, role)
-		for _, m := range chain {
-			if !slices.Contains(o.Models, m) {
-				o.Models = append(o.Models, m)
-			}
-		}
-	}
-	slices.Sort(o.Roles)
-	o.Backends = []string{cfg.Store.Backend}
-	if b, err := cfg.RetryBudget(); err == nil && b.Enabled() {
-		o.Budget = float64(b.MaxTokens)
-	}
-	return o
 }
