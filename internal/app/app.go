@@ -195,6 +195,9 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (_ *App, err erro
 	a.srv = srv
 	// The server's Stop drains and closes the engine from now on.
 	a.undo = a.undo[:len(a.undo)-1]
+	// Memory a passed load left free goes back to the OS (memory.go).
+	stopReclaim := startReclaimer(func() int { return sessions.Count() + sessions.Subscribers() })
+	a.undo = append(a.undo, func(context.Context) error { stopReclaim(); return nil })
 	return a, nil
 }
 

@@ -248,6 +248,20 @@ func (l *eventLog) prepend(evs []Event) {
 	l.ring, l.base = all, all[0].Seq
 }
 
+// release drops the log's copy of its events when nobody reads them and
+// the store holds every one: an idle session's events then live in the
+// store alone (a later reader's older events come from there, see
+// subscribeShared), not twice in memory. It reports whether it dropped any.
+func (l *eventLog) release() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.gated || l.closed || l.fenced || l.subs > 0 || len(l.ring) == 0 || l.durable < l.next-1 {
+		return false
+	}
+	l.ring, l.base = nil, l.next
+	return true
+}
+
 // lastType is the type of the newest event held ("" when none is).
 func (l *eventLog) lastType() string {
 	l.mu.Lock()

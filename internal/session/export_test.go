@@ -11,3 +11,6 @@ func RunningPrompts(m *Manager, tenant string) int {
 
 // GenAISystem is the gen_ai.system of a provider kind.
 var GenAISystem = genAISystem
+
+// ReleaseIdleLogs drops the log copies of m's idle sessions now.
+func ReleaseIdleLogs(m *Manager) { m.releaseIdleLogs(0) }

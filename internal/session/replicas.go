@@ -200,8 +200,9 @@ const idleCopy = 10 * time.Minute
 // readers here and were not used for idleCopy.
 func (m *Manager) evictIdle() {
 	if m.ownStore {
-		// The registry is the index of every session here: nothing to
-		// reload a dropped copy from would be cheaper than keeping it.
+		// The registry is the index of every session here: the copies
+		// stay, but an idle one's events live in the store alone.
+		m.releaseIdleLogs(idleLog)
 		return
 	}
 	m.mu.Lock()
@@ -218,6 +219,30 @@ func (m *Manager) evictIdle() {
 			delete(m.sessions, id)
 			s.log.close()
 		}
+	}
+}
+
+// idleLog is how long a session of a process's own store keeps its log's
+// copy of its events after its last use with nobody reading them.
+const idleLog = 5 * time.Second
+
+// releaseIdleLogs drops the log copies of the sessions that run nothing,
+// have no readers and were not used for idle (eventLog.release).
+func (m *Manager) releaseIdleLogs(idle time.Duration) {
+	m.mu.RLock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.RUnlock()
+	for _, s := range all {
+		if !s.mu.TryLock() {
+			continue
+		}
+		if !s.running && time.Since(s.lastUsed) >= idle {
+			s.log.release()
+		}
+		s.mu.Unlock()
 	}
 }
 

@@ -1,0 +1,81 @@
+package app
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+// After a load has passed (a burst of sessions deleted, a spike of
+// streams ended), the Go heap shrinks but the process keeps its pages: the
+// runtime's background scavenger gives them back slowly (minutes for a
+// gigabyte), and a forced GC gives back none. The reclaimer watches the
+// heap's free pages and, when they are many and more than the live heap,
+// or when the sessions and readers fell to half their peak, returns them at
+// once (debug.FreeOSMemory), so that RSS follows the live sessions instead
+// of the peak. Under a steady load the free pages stay below the live heap
+// (the collector reuses them) and the load does not halve, so it does not
+// fire.
+const (
+	reclaimEvery   = 5 * time.Second
+	reclaimMinFree = 64 << 20
+)
+
+var reclaimSamples = []string{"/memory/classes/heap/free:bytes", "/memory/classes/heap/objects:bytes"}
+
+// heapPages reads the heap's free (not yet returned) and in-use bytes.
+func heapPages() (free, live uint64) {
+	s := []metrics.Sample{{Name: reclaimSamples[0]}, {Name: reclaimSamples[1]}}
+	metrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
+}
+
+// shouldReclaim reports whether free pages are worth returning now.
+func shouldReclaim(free, live uint64) bool {
+	return free >= reclaimMinFree && free > live
+}
+
+// loadDropped reports whether the load (sessions and readers) fell to half
+// its peak since the last release, by reclaimMinLoad at least: the heap
+// holds their garbage, which no collection has found yet (nothing
+// allocates once a load has passed).
+func loadDropped(load, peak int) bool {
+	return peak-load >= reclaimMinLoad && load <= peak/2
+}
+
+// reclaimMinLoad is the drop in sessions and readers worth a release.
+const reclaimMinLoad = 1000
+
+// reclaimMemory checks every interval until ctx is done; read, load and
+// release are heapPages, the sessions and readers, and
+// debug.FreeOSMemory (a collection, then every free page returned).
+func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, live uint64), load func() int, release func()) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	peak := load()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := load()
+		peak = max(peak, n)
+		if loadDropped(n, peak) || shouldReclaim(read()) {
+			release()
+			peak = n
+		}
+	}
+}
+
+// startReclaimer runs reclaimMemory until stop is called.
+func startReclaimer(load func() int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reclaimMemory(ctx, reclaimEvery, heapPages, load, debug.FreeOSMemory)
+	}()
+	return func() { cancel(); <-done }
+}
