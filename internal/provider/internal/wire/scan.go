@@ -266,10 +266,34 @@ func hex4(b []byte) rune {
 	return r
 }
 
-// Int reads an integer: -?(0|[1-9][0-9]*), at most 18 digits, not
-// followed by a fraction or an exponent (which encoding/json refuses for
-// an int field). Anything else is declined.
+// Int is Int64 for an int field.
 func (s *Scanner) Int() (int, bool) {
+	n, ok := s.Int64()
+	if !ok || int64(int(n)) != n {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// Bool reads true or false (not null: encoding/json leaves a bool field
+// untouched on null, which the fast paths leave to it).
+func (s *Scanner) Bool() (v, ok bool) {
+	s.ws()
+	switch {
+	case len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "true":
+		s.i += 4
+		return true, true
+	case len(s.b)-s.i >= 5 && string(s.b[s.i:s.i+5]) == "false":
+		s.i += 5
+		return false, true
+	}
+	return false, false
+}
+
+// Int64 reads an integer: -?(0|[1-9][0-9]*), at most 18 digits, not
+// followed by a fraction or an exponent (which encoding/json refuses for
+// an integer field). Anything else is declined.
+func (s *Scanner) Int64() (int64, bool) {
 	s.ws()
 	i, neg := s.i, false
 	if i < len(s.b) && s.b[i] == '-' {
@@ -277,9 +301,9 @@ func (s *Scanner) Int() (int, bool) {
 		i++
 	}
 	start := i
-	n := 0
+	var n int64
 	for i < len(s.b) && '0' <= s.b[i] && s.b[i] <= '9' {
-		n = n*10 + int(s.b[i]-'0')
+		n = n*10 + int64(s.b[i]-'0')
 		i++
 	}
 	digits := i - start
