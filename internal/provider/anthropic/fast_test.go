@@ -1,6 +1,7 @@
 package anthropic
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -138,8 +139,8 @@ func TestHandleDeltaAllocations(t *testing.T) {
 }
 
 // BenchmarkHandleDelta compares the decode of a typical text delta by
-// json.Unmarshal (before) and by the fast path (now), and Handle as a
-// whole.
+// json.Unmarshal (before), by a walk of encoding/json's tokens and by the
+// fast path (now), and Handle as a whole.
 func BenchmarkHandleDelta(b *testing.B) {
 	data := []byte(textDelta)
 	b.Run("decode=reflect", func(b *testing.B) {
@@ -147,6 +148,19 @@ func BenchmarkHandleDelta(b *testing.B) {
 		for b.Loop() {
 			if _, err := decodeEvent(data); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	// encoding/json's Decoder.Token, only walking the tokens (less than a
+	// decode: nothing extracted): the alternative to a scanner of our own.
+	b.Run("decode=tokens", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			d := json.NewDecoder(bytes.NewReader(data))
+			for {
+				if _, err := d.Token(); err != nil {
+					break
+				}
 			}
 		}
 	})

@@ -14,7 +14,7 @@ var scanSeeds = []string{
 	"\"caf\xc3\xa9\"", "\"bad \xff byte\"", "\"\xed\xa0\x80\"", "\"\xef\xbf\xbd\"", "\"cut \xe2\x82\"",
 	"\"tab\there\"", "\"nl\nhere\"", `"unterminated`, `"\`, `"日本語 テキスト"`,
 	`0`, `-0`, `7`, `-12`, `01`, `1.5`, `1e3`, `123456789012345678`, `1234567890123456789`, `-`, `+1`,
-	`null`, `true`, `false`, `nul`, `[]`, `{}`, `[1,"a",{"b":null}]`, `{"a":[1,2,{"c":"d"}]}`, `[1,]`,
+	`null`, `true`, `false`, ` true `, `truex`, `fals`, `nul`, `[]`, `{}`, `[1,"a",{"b":null}]`, `{"a":[1,2,{"c":"d"}]}`, `[1,]`,
 	`{"a":1,}`, `{"a" 1}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 	` "padded" `, `1.`, `.5`, `-1.5e+10`, `2E-3`,
 }
@@ -45,8 +45,8 @@ func FuzzScannerString(f *testing.F) {
 	})
 }
 
-// FuzzScannerValue checks Int against json.Unmarshal into an int, Skip
-// against json.Valid and RawString against String.
+// FuzzScannerValue checks Int and Bool against json.Unmarshal into an int
+// and a bool, Skip against json.Valid and RawString against String.
 func FuzzScannerValue(f *testing.F) {
 	for _, s := range scanSeeds {
 		f.Add([]byte(s))
@@ -57,6 +57,13 @@ func FuzzScannerValue(f *testing.F) {
 			var want int
 			if err := json.Unmarshal(b, &want); err != nil || n != want {
 				t.Fatalf("Int(%q) = %d; json.Unmarshal: %d, %v", b, n, want, err)
+			}
+		}
+		s = NewScanner(b)
+		if v, ok := s.Bool(); ok && s.End() {
+			var want bool
+			if err := json.Unmarshal(b, &want); err != nil || v != want {
+				t.Fatalf("Bool(%q) = %v; json.Unmarshal: %v, %v", b, v, want, err)
 			}
 		}
 		s = NewScanner(b)
