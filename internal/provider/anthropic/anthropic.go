@@ -150,25 +150,40 @@ type event struct {
 		ID        string `json:"id"`
 		Name      string `json:"name"`
 	} `json:"content_block"`
-	Delta struct {
-		Type        string       `json:"type"`
-		Text        string       `json:"text"`
-		Thinking    string       `json:"thinking"`
-		Signature   string       `json:"signature"`
-		PartialJSON string       `json:"partial_json"`
-		StopReason  string       `json:"stop_reason"`
-		StopDetails *stopDetails `json:"stop_details"`
-	} `json:"delta"`
+	Delta       eventDelta       `json:"delta"`
 	StopDetails *stopDetails     `json:"stop_details"`
 	Usage       *usage           `json:"usage"`
 	Error       wire.ErrorObject `json:"error"`
 }
 
+// eventDelta is the delta of a content_block_delta or message_delta event.
+type eventDelta struct {
+	Type        string       `json:"type"`
+	Text        string       `json:"text"`
+	Thinking    string       `json:"thinking"`
+	Signature   string       `json:"signature"`
+	PartialJSON string       `json:"partial_json"`
+	StopReason  string       `json:"stop_reason"`
+	StopDetails *stopDetails `json:"stop_details"`
+}
+
+// decodeEvent is the reflective decode of any event. It is a function of
+// its own so that the event of the fast path (see fastDelta) stays on
+// Handle's stack.
+func decodeEvent(data []byte) (event, error) {
+	var e event
+	err := json.Unmarshal(data, &e)
+	return e, err
+}
+
 // Handle implements wire.Handler.
 func (s *stream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
 	var e event
-	if err := json.Unmarshal(ev.Data, &e); err != nil {
-		return nil, fmt.Errorf("anthropic: unreadable %q event: %v", ev.Type, err)
+	if !fastDelta(ev.Data, &e) {
+		var err error
+		if e, err = decodeEvent(ev.Data); err != nil {
+			return nil, fmt.Errorf("anthropic: unreadable %q event: %v", ev.Type, err)
+		}
 	}
 	if e.Type == "" {
 		e.Type = ev.Type

@@ -170,26 +170,36 @@ type stream struct {
 	message string // finishMessage
 	part    int    // blocks started: the key of the current one
 	last    string // the kind of the current block ("": none open)
+	key     string // the key of the current block (see keyFor)
 	calls   int    // function calls seen
 	respID  string
+	buf     chunkBuf // the fast path's reused memory
 }
 
 // chunk is a GenerateContentResponse: one data: frame of the stream.
 type chunk struct {
-	Candidates []struct {
-		Content struct {
-			Role  string `json:"role"`
-			Parts []part `json:"parts"`
-		} `json:"content"`
-		FinishReason  string `json:"finishReason"`
-		FinishMessage string `json:"finishMessage"`
-	} `json:"candidates"`
+	Candidates     []candidate `json:"candidates"`
 	PromptFeedback *struct {
 		BlockReason string `json:"blockReason"`
 	} `json:"promptFeedback"`
 	UsageMetadata *usageMetadata   `json:"usageMetadata"`
 	ResponseID    string           `json:"responseId"`
 	Error         *json.RawMessage `json:"error"`
+}
+
+type candidate struct {
+	Content       content `json:"content"`
+	FinishReason  string  `json:"finishReason"`
+	FinishMessage string  `json:"finishMessage"`
+}
+
+// decodeChunk is the reflective decode of any chunk. It is a function of
+// its own so that the chunk of the fast path (see chunkBuf.decode) stays
+// on Handle's stack.
+func decodeChunk(data []byte) (chunk, error) {
+	var ch chunk
+	err := json.Unmarshal(data, &ch)
+	return ch, err
 }
 
 type usageMetadata struct {
@@ -203,8 +213,11 @@ type usageMetadata struct {
 // Handle implements wire.Handler.
 func (s *stream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
 	var ch chunk
-	if err := json.Unmarshal(ev.Data, &ch); err != nil {
-		return nil, fmt.Errorf("gemini: unreadable stream chunk: %v", err)
+	if !s.buf.decode(ev.Data, &ch) {
+		var err error
+		if ch, err = decodeChunk(ev.Data); err != nil {
+			return nil, fmt.Errorf("gemini: unreadable stream chunk: %v", err)
+		}
 	}
 	a := s.a
 	if ch.Error != nil || ev.Type == "error" {
@@ -300,8 +313,9 @@ func (s *stream) keyFor(kind string) string {
 	if kind != s.last {
 		s.part++
 		s.last = kind
+		s.key = kind + ":" + strconv.Itoa(s.part)
 	}
-	return kind + ":" + strconv.Itoa(s.part)
+	return s.key
 }
 
 // callID is the id of a function call that came without one: the

@@ -170,30 +170,43 @@ type chatStream struct {
 	refusal strings.Builder
 	calls   map[int]chatCall // the current tool call at each index
 	n       int              // tool calls seen
+	buf     chatBuf          // the fast path's reused slices
 }
 
 type chatCall struct{ key, id string }
 
 type chatChunk struct {
-	Choices []struct {
-		Delta struct {
-			Content          string `json:"content"`
-			Refusal          string `json:"refusal"`
-			ReasoningContent string `json:"reasoning_content"` // vLLM, DeepSeek
-			Reasoning        string `json:"reasoning"`         // OpenRouter, Ollama
-			ToolCalls        []struct {
-				Index    int    `json:"index"`
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *openAIUsage    `json:"usage"`
-	Error json.RawMessage `json:"error"`
+	Choices []chatChoice    `json:"choices"`
+	Usage   *openAIUsage    `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type chatChoice struct {
+	Delta        chatDelta `json:"delta"`
+	FinishReason string    `json:"finish_reason"`
+}
+
+type chatDelta struct {
+	Content          string              `json:"content"`
+	Refusal          string              `json:"refusal"`
+	ReasoningContent string              `json:"reasoning_content"` // vLLM, DeepSeek
+	Reasoning        string              `json:"reasoning"`         // OpenRouter, Ollama
+	ToolCalls        []chatToolCallDelta `json:"tool_calls"`
+}
+
+type chatToolCallDelta struct {
+	Index    int          `json:"index"`
+	ID       string       `json:"id"`
+	Function chatFunction `json:"function"`
+}
+
+// decodeChatChunk is the reflective decode of any chunk. It is a function
+// of its own so that the chunk of the fast path (see chatBuf.decode) stays
+// on Handle's stack.
+func decodeChatChunk(data []byte) (chatChunk, error) {
+	var ch chatChunk
+	err := json.Unmarshal(data, &ch)
+	return ch, err
 }
 
 // Handle implements wire.Handler.
@@ -204,8 +217,11 @@ func (s *chatStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, erro
 		return &r, nil
 	}
 	var ch chatChunk
-	if err := json.Unmarshal(ev.Data, &ch); err != nil {
-		return nil, fmt.Errorf("openai: unreadable chat completion chunk: %v", err)
+	if !s.buf.decode(ev.Data, &ch) {
+		var err error
+		if ch, err = decodeChatChunk(ev.Data); err != nil {
+			return nil, fmt.Errorf("openai: unreadable chat completion chunk: %v", err)
+		}
 	}
 	if (len(ch.Error) > 0 && string(ch.Error) != "null") || ev.Type == "error" {
 		r := a.FailAPI(c, wire.ParseErrorBody(ev.Data))

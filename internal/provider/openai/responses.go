@@ -243,6 +243,10 @@ type responsesStream struct {
 	a          *wire.Acc
 	responseID string
 	refusal    strings.Builder
+	// The fast path's keys (see handleDelta): the last item's id, and the
+	// key of its text block at textIndex.
+	lastItem, textItem, textKey string
+	textIndex                   int
 }
 
 type responseObject struct {
@@ -288,10 +292,22 @@ func itemKey(id string, outputIndex int) string {
 	return "#" + strconv.Itoa(outputIndex)
 }
 
+// decodeResponsesEvent is the reflective decode of any event.
+func decodeResponsesEvent(data []byte) (responsesEvent, error) {
+	var e responsesEvent
+	err := json.Unmarshal(data, &e)
+	return e, err
+}
+
 // Handle implements wire.Handler.
 func (s *responsesStream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
-	var e responsesEvent
-	if err := json.Unmarshal(ev.Data, &e); err != nil {
+	var d responsesDelta
+	if fastResponsesDelta(ev.Data, &d) {
+		s.handleDelta(&d)
+		return nil, nil
+	}
+	e, err := decodeResponsesEvent(ev.Data)
+	if err != nil {
 		return nil, fmt.Errorf("openai: unreadable %q event: %v", ev.Type, err)
 	}
 	if e.Type == "" {

@@ -22,8 +22,12 @@ type Acc struct {
 	secrets []string
 	onDelta func(provider.Delta)
 	blocks  []provider.Block
-	keys    map[string]int
-	tools   map[int]*toolState
+	// texts holds the text of each block (same index), grown in place as
+	// deltas arrive (appending to a string would copy it whole on every
+	// delta); content sets the blocks' Text from it.
+	texts [][]byte
+	keys  map[string]int
+	tools map[int]*toolState
 }
 
 type toolState struct {
@@ -52,6 +56,7 @@ func (a *Acc) block(key, typ string) int {
 		return i
 	}
 	a.blocks = append(a.blocks, provider.Block{Type: typ})
+	a.texts = append(a.texts, nil)
 	a.keys[key] = len(a.blocks) - 1
 	return len(a.blocks) - 1
 }
@@ -75,7 +80,7 @@ func (a *Acc) add(key, typ, s string, d provider.Delta) {
 		return
 	}
 	i := a.block(key, typ)
-	a.blocks[i].Text += s
+	a.texts[i] = append(a.texts[i], s...)
 	a.onDelta(d)
 }
 
@@ -100,8 +105,8 @@ func (a *Acc) SetReasoning(key, id, encrypted string, summary []string) {
 	i := a.block(key, provider.BlockThinking)
 	b := &a.blocks[i]
 	b.ReasoningID, b.EncryptedContent, b.Summary = id, encrypted, summary
-	if b.Text == "" {
-		b.Text = strings.Join(summary, ReasoningPartSeparator)
+	if len(a.texts[i]) == 0 {
+		a.texts[i] = append(a.texts[i], strings.Join(summary, ReasoningPartSeparator)...)
 	}
 }
 
@@ -200,6 +205,7 @@ func (a *Acc) HasCompletedTool() bool {
 func (a *Acc) content() []provider.Block {
 	out := []provider.Block{}
 	for i, b := range a.blocks {
+		b.Text = string(a.texts[i])
 		switch b.Type {
 		case provider.BlockText:
 			if b.Text == "" {

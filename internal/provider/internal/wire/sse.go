@@ -14,7 +14,10 @@ const maxLine = 16 << 20
 // Event is one dispatched server-sent event.
 type Event struct {
 	Type string // the event: field; "" when the event has none
-	Data []byte // the data: lines joined by "\n"
+	// Data is the data: lines joined by "\n". It is valid until the next
+	// event is read (the reader reuses its buffer): a handler copies what
+	// it keeps.
+	Data []byte
 }
 
 // sseReader reads server-sent events (text/event-stream) with a bounded
@@ -23,7 +26,16 @@ type Event struct {
 type sseReader struct {
 	r    *bufio.Reader
 	line []byte
+	// typ is the last event type read: a stream repeats a few types (one
+	// per delta), which are then not copied anew for every event.
+	typ string
+	// data is the buffer of the events' data, reused (unless an event made
+	// it larger than maxKeptData).
+	data []byte
 }
+
+// maxKeptData bounds the data buffer an sseReader keeps between events.
+const maxKeptData = 64 << 10
 
 func newSSEReader(r io.Reader) *sseReader {
 	return &sseReader{r: bufio.NewReaderSize(r, 64<<10)}
@@ -34,7 +46,7 @@ func newSSEReader(r io.Reader) *sseReader {
 // cut; other errors are the body's.
 func (s *sseReader) next() (Event, error) {
 	var ev Event
-	var data []byte
+	data := s.data[:0]
 	started, hasData := false, false
 	for {
 		line, err := s.readLine()
@@ -47,6 +59,9 @@ func (s *sseReader) next() (Event, error) {
 		if len(line) == 0 {
 			if hasData {
 				ev.Data = data
+				if cap(data) <= maxKeptData {
+					s.data = data
+				}
 				return ev, nil
 			}
 			ev, started = Event{}, false // an event without data is not dispatched
@@ -60,7 +75,10 @@ func (s *sseReader) next() (Event, error) {
 		value = bytes.TrimPrefix(value, []byte(" "))
 		switch string(name) {
 		case "event":
-			ev.Type = string(value)
+			if string(value) != s.typ {
+				s.typ = string(value)
+			}
+			ev.Type = s.typ
 		case "data":
 			if hasData {
 				data = append(data, '\n')
