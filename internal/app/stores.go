@@ -66,7 +66,7 @@ func openStores(cfg *config.Config, log *slog.Logger, m *metrics.Metrics, now fu
 		creds, err := credstore.NewRedis(client, credstore.RedisOptions{
 			KeyPrefix:    r.KeyPrefix,
 			Timeout:      timeout,
-			SyncInterval: time.Duration(r.SyncIntervalMs) * time.Millisecond,
+			SyncInterval: r.SyncIntervalMs.Duration(),
 			SecretKey:    []byte(r.SecretKey),
 			Logger:       log,
 		})
