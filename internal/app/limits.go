@@ -1,8 +1,6 @@
 package app
 
 import (
-	"time"
-
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/session"
 )
@@ -16,7 +14,7 @@ func sessionLimits(l config.Limits) session.Limits {
 		MaxConcurrentPromptsPerTenant: l.MaxConcurrentPromptsPerTenant,
 		MaxTools:                      l.MaxTools,
 		MaxSystemPromptBytes:          l.MaxSystemPromptBytes,
-		MinBaseDelay:                  time.Duration(l.MinBaseDelayMs) * time.Millisecond,
+		MinBaseDelay:                  l.MinBaseDelayMs.Duration(),
 		MaxRetriesCap:                 l.MaxRetriesCap,
 	}
 }

@@ -2,7 +2,6 @@ package app
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/provider"
@@ -34,13 +33,13 @@ func buildProviders(cfg *config.Config) ([]session.Provider, []string, error) {
 // newProviderClient builds the client of one configured provider, by its
 // kind.
 func newProviderClient(pc config.Provider) (provider.Provider, error) {
-	timeout := time.Duration(pc.TimeoutMs) * time.Millisecond
-	readTimeout := time.Duration(pc.ReadTimeoutMs) * time.Millisecond
+	timeout := pc.TimeoutMs.Duration()
+	readTimeout := pc.ReadTimeoutMs.Duration()
 	switch pc.Kind {
 	case provider.KindSimulated:
 		return simProvider{sim.New(sim.Options{
-			FirstTokenDelay: time.Duration(pc.FirstTokenDelayMs) * time.Millisecond,
-			TokenDelay:      time.Duration(pc.TokenDelayMs) * time.Millisecond,
+			FirstTokenDelay: pc.FirstTokenDelayMs.Duration(),
+			TokenDelay:      pc.TokenDelayMs.Duration(),
 			NoPromptCache:   !pc.PromptCacheOn(),
 		})}, nil
 	case provider.KindAnthropic:

@@ -66,7 +66,7 @@ func openStores(cfg *config.Config, log *slog.Logger, m *metrics.Metrics, now fu
 		creds, err := credstore.NewRedis(client, credstore.RedisOptions{
 			KeyPrefix:    r.KeyPrefix,
 			Timeout:      timeout,
-			SyncInterval: time.Duration(r.SyncIntervalMs) * time.Millisecond,
+			SyncInterval: r.SyncIntervalMs.Duration(),
 			SecretKey:    []byte(r.SecretKey),
 			Logger:       log,
 		})
@@ -197,26 +197,31 @@ func (a budgetAdapter) Retry(ctx context.Context, model string) bool {
 
 func (a budgetAdapter) Succeeded(model string) { a.budget.Succeeded(model) }
 
-// credentialAdapter gives the session engine the credential store, and
-// counts what it does. A session of tenant T calls with a credential of
-// T's pool (see package credstore): T's own credentials of the provider
-// first, round-robin among the available ones, then the server's (those
-// that serve every tenant), used when all of T's own are blocked or T has
-// none; a usage limit switches to an available sibling of that same pool.
-// No other tenant's credential is ever in T's pool.
-type credentialAdapter struct {
+// meteredCredentials is the credential store as the session engine gets
+// it (credstore.Store is a session.Credentials), counting what it does, and
+// with the pacing blocks of session.Pacer. A session of tenant T calls with
+// a credential of T's pool (see package credstore): T's own credentials of
+// the provider first, round-robin among the available ones, then the
+// server's (those that serve every tenant), used when all of T's own are
+// blocked or T has none; a usage limit switches to an available sibling of
+// that same pool. No other tenant's credential is ever in T's pool.
+type meteredCredentials struct {
 	store   credstore.Store
 	backend string
 	metrics *metrics.Metrics
 }
 
-func (a credentialAdapter) Pick(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error) {
+var _ session.Pacer = meteredCredentials{}
+
+// PickPreferred implements session.Credentials.
+func (a meteredCredentials) PickPreferred(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error) {
 	c, ok, err = a.store.PickPreferred(ctx, tenant, providerName, prefer)
 	a.metrics.StoreOp(a.backend, "pick", ignoreAllBlocked(err))
 	return c, ok, err
 }
 
-func (a credentialAdapter) UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
+// UsageLimited implements session.Credentials.
+func (a meteredCredentials) UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (credstore.Switch, error) {
 	sw, err := a.store.UsageLimited(ctx, tenant, providerName, credID, window, fromProvider, reason)
 	a.metrics.StoreOp(a.backend, "block", err)
 	if err == nil {
@@ -225,15 +230,13 @@ func (a credentialAdapter) UsageLimited(ctx context.Context, tenant, providerNam
 			a.metrics.BankedResetRedeemed(providerName)
 		}
 	}
-	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
+	return sw, err
 }
-
-var _ session.Pacer = credentialAdapter{}
 
 // Paced blocks a credential whose rate limit is at 0 remaining until its
 // reset (reason paced): the calls that follow go to a sibling or wait,
 // instead of meeting a 429.
-func (a credentialAdapter) Paced(ctx context.Context, tenant, providerName, credID string, wait time.Duration, reason string) error {
+func (a meteredCredentials) Paced(ctx context.Context, tenant, providerName, credID string, wait time.Duration, reason string) error {
 	_, err := a.store.UsageLimited(ctx, tenant, providerName, credID, wait, true, reason)
 	a.metrics.StoreOp(a.backend, "block", err)
 	if err == nil {

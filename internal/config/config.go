@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -73,7 +72,7 @@ type Limits struct {
 	// parsed) and a gRPC message: REST 413, gRPC RESOURCE_EXHAUSTED.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
 	// BodyTimeoutMs bounds the time to read a REST request body.
-	BodyTimeoutMs int64 `yaml:"body_timeout_ms"`
+	BodyTimeoutMs Millis `yaml:"body_timeout_ms"`
 	// MaxSessionsPerTenant bounds the sessions one tenant holds.
 	MaxSessionsPerTenant int `yaml:"max_sessions_per_tenant"`
 	// MaxConcurrentPromptsPerTenant bounds the prompts of one tenant that
@@ -85,7 +84,7 @@ type Limits struct {
 	MaxSystemPromptBytes int `yaml:"max_system_prompt_bytes"`
 	// MinBaseDelayMs is the least retry.base_delay_ms a session may ask
 	// for: no zero-backoff loop against a provider.
-	MinBaseDelayMs int64 `yaml:"min_base_delay_ms"`
+	MinBaseDelayMs Millis `yaml:"min_base_delay_ms"`
 	// MaxRetriesCap is the most retry.max_retries a session may ask for.
 	MaxRetriesCap int `yaml:"max_retries_cap"`
 }
@@ -96,10 +95,10 @@ type HTTP struct {
 	CORS CORS `yaml:"cors"`
 	// SSEHeartbeatMs is the idle time after which an SSE stream gets a
 	// ": ping" comment (default 15000).
-	SSEHeartbeatMs int64 `yaml:"sse_heartbeat_ms"`
+	SSEHeartbeatMs Millis `yaml:"sse_heartbeat_ms"`
 	// TicketTTLMs is how long a stream ticket is accepted (default 60000,
 	// at most 3600000).
-	TicketTTLMs int64 `yaml:"ticket_ttl_ms"`
+	TicketTTLMs Millis `yaml:"ticket_ttl_ms"`
 	// TicketKeyEnv names an environment variable holding the key that signs
 	// stream tickets (32+ bytes), shared by replicas so that any of them
 	// accepts a ticket; without it each process signs with a random key.
@@ -159,15 +158,15 @@ type Redis struct {
 	// TimeoutMs bounds each Redis call: a dial, a command's write and
 	// read, the wait for a pooled connection, and each store operation
 	// (default 500, see redisconn.DefaultTimeout).
-	TimeoutMs int64 `yaml:"timeout_ms"`
+	TimeoutMs Millis `yaml:"timeout_ms"`
 	// SyncIntervalMs is how often a replica refreshes its local view of the
 	// credential store and, while Redis is unreachable, probes it (default
 	// 1000).
-	SyncIntervalMs int64 `yaml:"sync_interval_ms"`
+	SyncIntervalMs Millis `yaml:"sync_interval_ms"`
 	// LeaseMs is the lease a replica holds on a session while it runs a
 	// prompt, renewed every third of it; a lost replica's prompts are taken
 	// over by another within about 1.5 leases (default 10000).
-	LeaseMs int64 `yaml:"lease_ms"`
+	LeaseMs Millis `yaml:"lease_ms"`
 	// SecretKeyEnv names an environment variable holding a 16, 24 or
 	// 32-byte key that seals credential secrets in Redis (AES-GCM); every
 	// replica needs the same one. Without it Redis holds them in clear.
@@ -180,8 +179,8 @@ type Redis struct {
 type Retry struct {
 	Enabled              *bool               `yaml:"enabled"`
 	MaxRetries           *int                `yaml:"max_retries"`
-	BaseDelayMs          *int64              `yaml:"base_delay_ms"`
-	MaxDelayMs           *int64              `yaml:"max_delay_ms"`
+	BaseDelayMs          *Millis             `yaml:"base_delay_ms"`
+	MaxDelayMs           *Millis             `yaml:"max_delay_ms"`
 	ModelFallback        *bool               `yaml:"model_fallback"`
 	FallbackChains       map[string][]string `yaml:"fallback_chains"`
 	FallbackRevertPolicy string              `yaml:"fallback_revert_policy"`
@@ -189,7 +188,7 @@ type Retry struct {
 	// provider gave no hint (0: the retry engine's estimate from the error's
 	// wording — 30 s rate limit, 60 s overloaded, 20 s server error, 30 min
 	// quota, 5 min otherwise).
-	FallbackCooldownMs int64 `yaml:"fallback_cooldown_ms"`
+	FallbackCooldownMs Millis `yaml:"fallback_cooldown_ms"`
 	// Budget is the retry budget per provider/model (nil: none).
 	Budget *RetryBudget `yaml:"budget"`
 	// OverflowFallback: on a context overflow, move to the next chain model
@@ -226,13 +225,13 @@ type Provider struct {
 	BaseURL     string            `yaml:"base_url"`
 	Models      []Model           `yaml:"models"`
 	Credentials []Credential      `yaml:"credentials"`
-	TimeoutMs   int64             `yaml:"timeout_ms"`
+	TimeoutMs   Millis            `yaml:"timeout_ms"`
 	Headers     map[string]string `yaml:"headers"`
 	// AutoRedeem is the default of its credentials' auto_redeem.
 	AutoRedeem bool `yaml:"auto_redeem"`
 	// ReadTimeoutMs bounds the provider's silence: the wait for the
 	// response headers, then between two reads of the stream (0: none).
-	ReadTimeoutMs int64 `yaml:"read_timeout_ms"`
+	ReadTimeoutMs Millis `yaml:"read_timeout_ms"`
 	// AuthHeader carries the key: x-api-key (anthropic) or Authorization:
 	// Bearer (openai) by default; "api-key" for Azure OpenAI.
 	AuthHeader string `yaml:"auth_header"`
@@ -252,8 +251,8 @@ type Provider struct {
 	// (a paced block must not spend a banked reset).
 	Pacing *bool `yaml:"pacing"`
 	// Simulated provider pacing.
-	FirstTokenDelayMs int64 `yaml:"first_token_delay_ms"`
-	TokenDelayMs      int64 `yaml:"token_delay_ms"`
+	FirstTokenDelayMs Millis `yaml:"first_token_delay_ms"`
+	TokenDelayMs      Millis `yaml:"token_delay_ms"`
 	// PromptCache (default true) uses the provider's prompt cache:
 	// Anthropic cache breakpoints, OpenAI prompt_cache_key (the session
 	// id), the simulated provider's cache. false turns it off.
@@ -338,7 +337,7 @@ type Sessions struct {
 	MaxSessions int `yaml:"max_sessions"`
 	// ToolResultTimeoutMs bounds the wait for a client's tool results
 	// (default 600000, 10 min).
-	ToolResultTimeoutMs int64 `yaml:"tool_result_timeout_ms"`
+	ToolResultTimeoutMs Millis `yaml:"tool_result_timeout_ms"`
 }
 
 // Defaults of the values Load fills in.
@@ -688,24 +687,14 @@ func (c *Config) finishAuth() error {
 }
 
 func (l *Limits) finish(maxPromptBytes int) error {
-	def := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def64 := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def64(&l.MaxRequestBytes, DefaultMaxRequestBytes)
-	def64(&l.BodyTimeoutMs, DefaultBodyTimeoutMs)
-	def(&l.MaxSessionsPerTenant, DefaultMaxSessionsPerTenant)
-	def(&l.MaxConcurrentPromptsPerTenant, DefaultMaxConcurrentPromptsPerTenant)
-	def(&l.MaxTools, DefaultMaxTools)
-	def(&l.MaxSystemPromptBytes, DefaultMaxSystemPromptBytes)
-	def64(&l.MinBaseDelayMs, DefaultMinBaseDelayMs)
-	def(&l.MaxRetriesCap, DefaultMaxRetriesCap)
+	orDefault(&l.MaxRequestBytes, DefaultMaxRequestBytes)
+	orDefault(&l.BodyTimeoutMs, DefaultBodyTimeoutMs)
+	orDefault(&l.MaxSessionsPerTenant, DefaultMaxSessionsPerTenant)
+	orDefault(&l.MaxConcurrentPromptsPerTenant, DefaultMaxConcurrentPromptsPerTenant)
+	orDefault(&l.MaxTools, DefaultMaxTools)
+	orDefault(&l.MaxSystemPromptBytes, DefaultMaxSystemPromptBytes)
+	orDefault(&l.MinBaseDelayMs, DefaultMinBaseDelayMs)
+	orDefault(&l.MaxRetriesCap, DefaultMaxRetriesCap)
 	switch {
 	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > 1<<30:
 		return fmt.Errorf("config: limits.max_request_bytes: must be between 4096 and %d, got %d", 1<<30, l.MaxRequestBytes)
@@ -729,19 +718,19 @@ func (l *Limits) finish(maxPromptBytes int) error {
 	return nil
 }
 
+// orDefault sets an unset (zero) value to its default.
+func orDefault[T int | int64 | Millis](v *T, d T) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
 // RetrySettings returns the server-wide retry settings: the retry policy's
 // defaults with the file's values applied.
 func (c *Config) RetrySettings() (retry.Settings, error) {
 	r := c.Retry
-	o := retry.Overrides{Enabled: r.Enabled, MaxRetries: r.MaxRetries, ModelFallback: r.ModelFallback, FallbackChains: r.FallbackChains}
-	if r.BaseDelayMs != nil {
-		d := time.Duration(*r.BaseDelayMs) * time.Millisecond
-		o.BaseDelay = &d
-	}
-	if r.MaxDelayMs != nil {
-		d := time.Duration(*r.MaxDelayMs) * time.Millisecond
-		o.MaxDelay = &d
-	}
+	o := retry.Overrides{Enabled: r.Enabled, MaxRetries: r.MaxRetries, ModelFallback: r.ModelFallback, FallbackChains: r.FallbackChains,
+		BaseDelay: optionalDuration(r.BaseDelayMs), MaxDelay: optionalDuration(r.MaxDelayMs)}
 	if r.FallbackRevertPolicy != "" {
 		o.FallbackRevertPolicy = &r.FallbackRevertPolicy
 	}

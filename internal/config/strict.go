@@ -55,8 +55,9 @@ func lineStartsWith(data []byte, n int, prefix string) bool {
 }
 
 // cannotUnmarshal is yaml's type error, e.g.
-// "line 2: cannot unmarshal !!str `ten` into int".
-var cannotUnmarshal = regexp.MustCompile("(?s)^line (\\d+): cannot unmarshal (\\S+)(?: `(.*)`)? into (\\S+)$")
+// "line 2: cannot unmarshal !!str `ten` into int", or one of a value's own
+// decoder (Millis) that adds why after a "; ".
+var cannotUnmarshal = regexp.MustCompile("(?s)^line (\\d+): cannot unmarshal (\\S+)(?: `(.*)`)? into ([^\\s;]+)(?:; (.*))?$")
 
 // describeYAMLError is cleanYAMLError with each type error rewritten to
 // name the key it is about, found by walking the document's node tree along
@@ -82,7 +83,7 @@ func describeTypeError(e string, doc *yaml.Node, used map[*yaml.Node]bool) strin
 		return e
 	}
 	line, _ := strconv.Atoi(m[1])
-	tag, shown, into := m[2], m[3], m[4]
+	tag, shown, into, reason := m[2], m[3], m[4], m[5]
 	path, ok := keyAt(doc, reflect.TypeFor[Config](), "", func(n *yaml.Node, t reflect.Type) bool {
 		if used[n] || n.Line != line || n.ShortTag() != tag || t.String() != into && derefType(t).String() != into {
 			return false
@@ -116,6 +117,9 @@ func describeTypeError(e string, doc *yaml.Node, used map[*yaml.Node]bool) strin
 		// The value as yaml shows it: never more than its first 7
 		// characters when it is long.
 		got = strconv.Quote(shown)
+	}
+	if reason != "" {
+		return fmt.Sprintf("%s: %s %s (line %d)", path, got, reason, line)
 	}
 	return fmt.Sprintf("%s: %s is not %s (line %d)", path, got, typeWords(into), line)
 }
@@ -206,6 +210,8 @@ func fieldType(t reflect.Type, k string) reflect.Type {
 // the YAML file.
 func typeWords(goType string) string {
 	switch {
+	case goType == millisType:
+		return "a number of milliseconds or a duration such as 500ms or 1h30m"
 	case strings.HasPrefix(goType, "[]"):
 		return "a list"
 	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "config."):

@@ -141,7 +141,7 @@ func TestTypeErrorsNameTheKey(t *testing.T) {
 		{"providers: [{name: x, kind: anthropic, max_tokens: x}]", `config: providers[0].max_tokens: "x" is not an integer (line 1)`},
 		// Several errors, each with its key, in document order.
 		{"retry:\n  max_retries: ten\n  base_delay_ms: soon\n",
-			`config: retry.max_retries: "ten" is not an integer (line 2); retry.base_delay_ms: "soon" is not an integer (line 3)`},
+			`config: retry.max_retries: "ten" is not an integer (line 2); retry.base_delay_ms: "soon" is not a number of milliseconds or a duration such as 500ms or 1h30m (line 3)`},
 		{"{retry: {max_retries: x}, limits: {max_tools: x}}",
 			`config: retry.max_retries: "x" is not an integer (line 1); limits.max_tools: "x" is not an integer (line 1)`},
 		{"retry: {bogus: x, max_retries: x}",

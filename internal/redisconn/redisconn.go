@@ -111,7 +111,7 @@ func FromConfig(r config.Redis) Options {
 	return Options{
 		Addr: r.Addr, Addrs: r.Addrs, Cluster: r.Cluster, MasterName: r.MasterName,
 		Password: r.Password, SentinelPassword: r.SentinelPassword, DB: r.DB,
-		Timeout: time.Duration(r.TimeoutMs) * time.Millisecond, KeyPrefix: r.KeyPrefix,
+		Timeout: r.TimeoutMs.Duration(), KeyPrefix: r.KeyPrefix,
 	}
 }
 

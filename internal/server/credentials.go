@@ -13,7 +13,7 @@ import (
 // those an admin adds) serve every tenant; only an admin (a token with
 // admin: true, or local mode's one tenant) adds or deletes them. A
 // credential a non-admin tenant adds is its own: it serves that tenant's
-// sessions only, before the server's (see credentialAdapter), and only
+// sessions only, before the server's (see package credstore), and only
 // that tenant (and admins) list it. To every other tenant it does not
 // exist: its ID is the owner's (another tenant may have the same one), and
 // deleting it is NOT_FOUND. A non-admin deleting a server credential is

@@ -199,7 +199,7 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
-	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, time.Duration(cfg.HTTP.TicketTTLMs)*time.Millisecond, s.now)
+	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, cfg.HTTP.TicketTTLMs.Duration(), s.now)
 	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, pages: newPageTokens(s.tickets.key), drain: s.drain}
 	agentdv1.RegisterAgentServiceServer(s.grpcSrv, s.agent)
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})

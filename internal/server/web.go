@@ -77,9 +77,9 @@ func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
 	hc := s.cfg.HTTP
 	_, jsonOut := runtime.MarshalerForRequest(gw, &http.Request{Header: http.Header{}})
 	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: s.tickets,
-		heartbeat: time.Duration(hc.SSEHeartbeatMs) * time.Millisecond, origins: map[string]bool{},
+		heartbeat: hc.SSEHeartbeatMs.Duration(), origins: map[string]bool{},
 		sse: sse, agent: s.agent, frames: newFrameCache(), viaGateway: s.viaGateway,
-		auth: s.auth, maxBody: s.cfg.Limits.MaxRequestBytes, bodyTimeout: time.Duration(s.cfg.Limits.BodyTimeoutMs) * time.Millisecond,
+		auth: s.auth, maxBody: s.cfg.Limits.MaxRequestBytes, bodyTimeout: s.cfg.Limits.BodyTimeoutMs.Duration(),
 		promptHandler: s.streamInterceptors.bind(promptRoute.info, promptRoute.handler),
 		eventsHandler: s.streamInterceptors.bind(eventsRoute.info, eventsRoute.handler),
 		unary:         newUnaryHandlers(s.unaryInterceptors, s.agent)}

@@ -29,23 +29,11 @@ func credManager(t *testing.T, creds ...credstore.Credential) (*session.Manager,
 	m := session.NewManager(session.Options{
 		Providers:   []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Client: rec}},
 		Retry:       retry.DefaultSettings(),
-		Credentials: storeAdapter{store},
+		Credentials: store,
 		Rand:        func() float64 { return 1 },
 	})
 	t.Cleanup(func() { m.Close(context.Background()) })
 	return m, rec, store
-}
-
-// storeAdapter is the server's adapter, without metrics.
-type storeAdapter struct{ credstore.Store }
-
-func (a storeAdapter) Pick(ctx context.Context, tenant, p, prefer string) (provider.Credential, bool, error) {
-	return a.Store.PickPreferred(ctx, tenant, p, prefer)
-}
-
-func (a storeAdapter) UsageLimited(ctx context.Context, tenant, p, id string, w time.Duration, fromProvider bool, reason string) (session.CredentialSwitch, error) {
-	sw, err := a.Store.UsageLimited(ctx, tenant, p, id, w, fromProvider, reason)
-	return session.CredentialSwitch{Switched: sw.Switched, To: sw.To, SiblingFreeIn: sw.SiblingFreeIn, HasSibling: sw.HasSibling}, err
 }
 
 func credIDs(reqs []provider.Request) []string {
@@ -163,13 +151,13 @@ func TestBankedResetRedeemedOnce(t *testing.T) {
 
 // pickCounter counts the store's picks.
 type pickCounter struct {
-	storeAdapter
+	credstore.Store
 	picks atomic.Int32
 }
 
-func (c *pickCounter) Pick(ctx context.Context, tenant, p, prefer string) (provider.Credential, bool, error) {
+func (c *pickCounter) PickPreferred(ctx context.Context, tenant, p, prefer string) (provider.Credential, bool, error) {
 	c.picks.Add(1)
-	return c.storeAdapter.Pick(ctx, tenant, p, prefer)
+	return c.Store.PickPreferred(ctx, tenant, p, prefer)
 }
 
 // A switch hands the retry its sibling: the store chose it in the same call
@@ -183,7 +171,7 @@ func TestSwitchedCredentialIsNotPickedAgain(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		counter := &pickCounter{storeAdapter: storeAdapter{store}}
+		counter := &pickCounter{Store: store}
 		rec := &recorder{Provider: sim.New(sim.Options{})}
 		m := session.NewManager(session.Options{
 			Providers:   []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Client: rec}},

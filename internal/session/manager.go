@@ -23,6 +23,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 )
@@ -74,7 +75,7 @@ type Provider struct {
 	// by name (a model without an entry is unknown: nothing is checked).
 	Catalog map[string]provider.ModelInfo
 	// RotateCredentials: every call takes the next credential in rotation
-	// (Credentials.Pick without a preference) instead of keeping the
+	// (Credentials.PickPreferred without a preference) instead of keeping the
 	// session's.
 	RotateCredentials bool
 	Client            provider.Provider
@@ -98,23 +99,27 @@ type PromptValidator interface {
 	ValidatePrompt(text string) error
 }
 
-// Credentials is what the session engine needs of the credential store.
+// Credentials is what the session engine needs of the credential store: two
+// methods of credstore.Store, in its own terms, so that a store (or a
+// decorator of one, counting its calls) is given as it is.
 type Credentials interface {
-	// Pick returns the credential for a session of tenant's next call to
-	// the provider, from tenant's pool (its own credentials, then the
-	// server's); ok is false when the provider has none (the simulated one).
-	// prefer is the credential the session used last: it is kept while it
-	// is in the pool and available (the provider's prompt cache is per
-	// account), without moving the pool's rotation; "" (a session's first
-	// call to the provider) picks in rotation, which spreads sessions over
-	// the siblings.
-	Pick(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error)
+	// PickPreferred returns the credential for a session of tenant's next
+	// call to the provider, from tenant's pool (its own credentials, then
+	// the server's); ok is false when the provider has none (the simulated
+	// one). prefer is the credential the session used last: it is kept
+	// while it is in the pool and available (the provider's prompt cache
+	// is per account), without moving the pool's rotation; "" (a session's
+	// first call to the provider) picks in rotation, which spreads sessions
+	// over the siblings.
+	PickPreferred(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error)
 	// UsageLimited is step 7 of the retry flow: it records that cred (of
 	// tenant's pool) hit a usage limit for window (the provider's hint when
 	// fromProvider, else the retry engine's estimate) and tries to switch to
 	// a sibling of that pool.
-	UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (CredentialSwitch, error)
+	UsageLimited(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (credstore.Switch, error)
 }
+
+var _ Credentials = credstore.Store(nil)
 
 // Pacer is implemented by Credentials that take pacing blocks: cred (of
 // tenant's pool) has a rate-limit bucket at 0 remaining for wait, so it is
@@ -122,16 +127,6 @@ type Credentials interface {
 // call goes to a sibling, or waits, without spending a 429.
 type Pacer interface {
 	Paced(ctx context.Context, tenant, providerName, credID string, wait time.Duration, reason string) error
-}
-
-// CredentialSwitch is the outcome of step 7.
-type CredentialSwitch struct {
-	Switched bool
-	To       provider.Credential
-	// SiblingFreeIn is the time until the earliest blocked sibling frees up,
-	// when HasSibling.
-	SiblingFreeIn time.Duration
-	HasSibling    bool
 }
 
 // Options configure a Manager.

@@ -106,7 +106,7 @@ func newReasoningEnv(t *testing.T, fake providertest.Options, settings retry.Set
 				Client: openai.New(openai.Options{API: openai.APIResponses, BaseURL: srv.URL + "/v1", EncryptedReasoning: true})},
 		},
 		Retry:             settings,
-		Credentials:       rotatingAdapter{storeAdapter{store}},
+		Credentials:       rotatingAdapter{store},
 		Cooldowns:         cooldown.NewMemory(clk.Now),
 		Rand:              func() float64 { return 0 },
 		Now:               clk.Now,
@@ -119,9 +119,9 @@ func newReasoningEnv(t *testing.T, fake providertest.Options, settings retry.Set
 // rotatingAdapter picks in rotation at every call, never keeping the
 // session's credential: the worst case for reasoning state (a session
 // keeps its credential unless it is blocked, which moves it as well).
-type rotatingAdapter struct{ storeAdapter }
+type rotatingAdapter struct{ credstore.Store }
 
-func (a rotatingAdapter) Pick(ctx context.Context, tenant, p, _ string) (provider.Credential, bool, error) {
+func (a rotatingAdapter) PickPreferred(ctx context.Context, tenant, p, _ string) (provider.Credential, bool, error) {
 	return a.Store.Pick(ctx, tenant, p)
 }
 

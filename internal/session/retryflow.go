@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/retry"
 )
@@ -204,14 +205,14 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	// What the failed call was sent to.
 	target := provider.Origin{Provider: p.Name, Model: strings.TrimPrefix(model, p.Name+"/"), Account: cred.AccountName()}
 	switched := false
-	var sw CredentialSwitch
+	var sw credstore.Switch
 
 	// 6. A stale Responses replay retries at once, after the provider reset
 	// its cached response state (the provider reports it in ResetState).
 	// 7. A usage limit marks the credential and tries a sibling.
 	if t.allBlocked {
 		// No credential could be picked: wait for the earliest to free up.
-		sw = CredentialSwitch{HasSibling: true, SiblingFreeIn: t.allBlockedFor}
+		sw = credstore.Switch{HasSibling: true, SiblingFreeIn: t.allBlockedFor}
 	} else if v.Class == retry.ClassUsageLimit && s.m.opts.Credentials != nil && cred.ID != "" {
 		var err error
 		sw, err = s.m.opts.Credentials.UsageLimited(ctx, s.tenant, p.Name, cred.ID, v.UsageWindow, !v.UsageWindowEstimated, errMsg)

@@ -60,7 +60,7 @@ func TestRetryLogLine(t *testing.T) {
 			{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"}, Client: simValidator{sim.New(sim.Options{})}},
 		},
 		Retry:       settings,
-		Credentials: storeAdapter{store},
+		Credentials: store,
 		Cooldowns:   cooldown.NewMemory(nil),
 		Rand:        func() float64 { return 1 },
 		Logger:      slog.New(slog.NewJSONHandler(&logs, nil)),

@@ -762,7 +762,7 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 			prefer = s.sticky[p.Name]
 			s.mu.Unlock()
 		}
-		cred, _, err := s.m.opts.Credentials.Pick(ctx, s.tenant, p.Name, prefer)
+		cred, _, err := s.m.opts.Credentials.PickPreferred(ctx, s.tenant, p.Name, prefer)
 		if err != nil {
 			s.emit(Event{Type: EventMessageStart, PromptID: promptID, Role: provider.RoleAssistant, Model: model})
 			res := provider.Result{Message: provider.Message{

@@ -157,8 +157,8 @@ type ControlBus interface {
 // on one Redis client): a happy prompt then makes one round trip before
 // its model call.
 type StartPicker interface {
-	// StartPick is Start plus the pick: Credentials.Pick(ctx, pick.Tenant,
-	// pick.Provider, pick.Prefer). The pick's outcome is Picked; Picked.OK
+	// StartPick is Start plus the pick: Credentials.PickPreferred(ctx,
+	// pick.Tenant, pick.Provider, pick.Prefer). The pick's outcome is Picked; Picked.OK
 	// false (not picked, or it must be made again) leaves it to the call.
 	StartPick(ctx context.Context, id string, ttl time.Duration, r Run, first *Entry, slot PromptSlot, max int, pick CredentialPick) (StartResult, Picked, error)
 }
@@ -237,7 +237,7 @@ type Mutable struct {
 	// records written before it was kept: nothing known).
 	Spent *Spend `json:"spent,omitempty"`
 	// Credentials are the credentials the session keeps, by provider name
-	// (the one it used last: see Credentials.Pick).
+	// (the one it used last: see Credentials.PickPreferred).
 	Credentials map[string]string `json:"credentials,omitempty"`
 	// Warm is where the session's prompt cache is: the model and account
 	// of its last call that read or wrote a prompt ("": none yet), so that

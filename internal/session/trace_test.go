@@ -47,7 +47,7 @@ func TestPromptTrace(t *testing.T) {
 			Catalog: map[string]provider.ModelInfo{"echo": {Name: "echo", Price: &provider.Price{InputPerMTok: 1, OutputPerMTok: 2}}},
 			Client:  sim.New(sim.Options{})}},
 		Retry:       settings,
-		Credentials: storeAdapter{store},
+		Credentials: store,
 		Tracer:      tr.Tracer(),
 		Logger:      slog.New(slog.NewTextHandler(logs, nil)),
 		Rand:        func() float64 { return 0 },
@@ -188,7 +188,7 @@ func TestPromptTraceCapturesContent(t *testing.T) {
 	m := session.NewManager(session.Options{
 		Providers:      []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo"}, Client: sim.New(sim.Options{})}},
 		Retry:          settings,
-		Credentials:    storeAdapter{store},
+		Credentials:    store,
 		Tracer:         tr.Tracer(),
 		CaptureContent: true,
 		Rand:           func() float64 { return 0 },

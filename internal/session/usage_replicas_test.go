@@ -76,7 +76,7 @@ func TestStickyCredentialAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	withCreds := func(o *session.Options) { o.Credentials = storeAdapter{store} }
+	withCreds := func(o *session.Options) { o.Credentials = store }
 	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second, withCreds)
 	b := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{}, 5*time.Second, withCreds)
 	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
