@@ -60,12 +60,19 @@ func (r *Redis) replicated(ctx context.Context, key string, queue func(pipe redi
 	}
 	pipe := node.Pipeline()
 	queue(pipe)
-	wait := pipe.Do(ctx, "wait", r.o.MinReplicaAcks, max(r.ackTimeout().Milliseconds(), 1)) // 0 would wait forever
+	// WAIT never outlasts ctx: a deadline that would cut it off mid-wait
+	// (an i/o timeout, the write's outcome unknown) shortens it instead, so
+	// that too few acknowledgements read as ErrNotReplicated.
+	bound := r.ackTimeout()
+	if dl, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(dl)*3/4)
+	}
+	wait := pipe.Do(ctx, "wait", r.o.MinReplicaAcks, max(bound.Milliseconds(), 1)) // 0 would wait forever
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err
 	}
 	if n, _ := wait.Int64(); n < int64(r.o.MinReplicaAcks) {
-		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, r.o.MinReplicaAcks, r.ackTimeout())
+		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, r.o.MinReplicaAcks, bound.Round(time.Millisecond))
 	}
 	return nil
 }

@@ -79,7 +79,9 @@ func TestClusterMasterOfSessionKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn := newConn(t, redisconn.Options{Addrs: cl.Addrs(), Cluster: true})
-	acked := newStore(t, conn.Client(), Options{Timeout: conn.Timeout(), MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
+	// Room for the acknowledgement on a loaded machine: the op's bound
+	// covers the WAIT's.
+	acked := newStore(t, conn.Client(), Options{Timeout: 3 * time.Second, MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
 	plain := newStore(t, conn.Client(), Options{Timeout: conn.Timeout()})
 	creds := newCreds(t, conn)
 	cools := cooldown.NewRedis(conn.Client(), "t:", nil)
@@ -206,7 +208,9 @@ func TestSentinelFailoverKeepsAcknowledgedSessions(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			conn := newConn(t, redisconn.Options{Addrs: s.Addrs(), MasterName: redistest.MasterName})
-			acked := newStore(t, conn.Client(), Options{Timeout: conn.Timeout(), MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
+			// Room for the acknowledgement on a loaded machine: the op's bound
+	// covers the WAIT's.
+	acked := newStore(t, conn.Client(), Options{Timeout: 3 * time.Second, MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
 			plain := newStore(t, conn.Client(), Options{Timeout: conn.Timeout()})
 			creds := newCreds(t, conn)
 			const id = "ses_sentinel1"
