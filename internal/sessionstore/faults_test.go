@@ -209,8 +209,8 @@ func TestSentinelFailoverKeepsAcknowledgedSessions(t *testing.T) {
 			defer cancel()
 			conn := newConn(t, redisconn.Options{Addrs: s.Addrs(), MasterName: redistest.MasterName})
 			// Room for the acknowledgement on a loaded machine: the op's bound
-	// covers the WAIT's.
-	acked := newStore(t, conn.Client(), Options{Timeout: 3 * time.Second, MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
+			// covers the WAIT's.
+			acked := newStore(t, conn.Client(), Options{Timeout: 3 * time.Second, MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
 			plain := newStore(t, conn.Client(), Options{Timeout: conn.Timeout()})
 			creds := newCreds(t, conn)
 			const id = "ses_sentinel1"
