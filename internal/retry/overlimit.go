@@ -70,6 +70,12 @@ func (c *facts) overLimit() (string, bool) {
 	if c.textStatus != 429 && c.typ != "rate_limit_error" {
 		return "", false
 	}
+	// The headers first (a few map reads): without a full bucket the
+	// message is an ordinary rate limit, whatever its wording, and the
+	// pattern (a scan of the whole message) need not run.
+	if !c.anyBucketFull() || !strings.Contains(lower, "per minute") {
+		return "", false
+	}
 	m := overLimitAnthropicRE.FindStringSubmatch(lower)
 	if m == nil {
 		return "", false
@@ -82,6 +88,19 @@ func (c *facts) overLimit() (string, bool) {
 	}
 	return "the request alone exceeds the rate limit of " + strconv.FormatInt(limit, 10) + " " + m[1] + " per minute (refused with the bucket full: " +
 		names[1].lower + " = " + strconv.FormatInt(left, 10) + ") — it can never succeed at this limit", true
+}
+
+// anyBucketFull reports whether one of the Anthropic token buckets the
+// headers describe is full (remaining equal to its limit).
+func (c *facts) anyBucketFull() bool {
+	for _, names := range anthropicBuckets {
+		limit, lok := parseCount(c.hdrs.get(names[0]))
+		left, rok := parseCount(c.hdrs.get(names[1]))
+		if lok && rok && limit > 0 && left >= limit {
+			return true
+		}
+	}
+	return false
 }
 
 // parseCount reads a count such as "30000" or "30,000".
