@@ -62,7 +62,13 @@ func openStores(cfg *config.Config, log *slog.Logger, m *metrics.Metrics, now fu
 		client := conn.Client()
 		timeout := conn.Timeout()
 		// Every round trip of the three stores, by component.
-		client.AddHook(m.RedisHook(r.KeyPrefix))
+		prefix := r.KeyPrefix
+		client.AddHook(m.RedisHook(metrics.KeyOwners{
+			Credentials: func(k string) bool { return credstore.OwnsKey(prefix, k) },
+			Cooldowns:   func(k string) bool { return cooldown.OwnsKey(prefix, k) },
+			Sessions:    func(k string) bool { return sessionstore.OwnsKey(prefix, k) },
+			Budget:      func(k string) bool { return retrybudget.OwnsKey(prefix, k) },
+		}))
 		creds, err := credstore.NewRedis(client, credstore.RedisOptions{
 			KeyPrefix:    r.KeyPrefix,
 			Timeout:      timeout,

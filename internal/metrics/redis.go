@@ -11,13 +11,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The components a Redis round trip is counted for, by the key it touches.
+// The components a Redis round trip is counted for.
 const (
-	ComponentCredentials = "credentials" // <prefix>{prov:<provider>}:…, <prefix>providers
-	ComponentCooldowns   = "cooldowns"   // <prefix>{cooldowns}:models
-	ComponentSessions    = "sessions"    // <prefix>{ses_…}:…, tenant:…, sessions:…, replica:<id>:control
-	ComponentBudget      = "budget"      // <prefix>{budget}:tokens (the retry budget)
+	ComponentCredentials = "credentials" // the credential store
+	ComponentCooldowns   = "cooldowns"   // the model cooldowns
+	ComponentSessions    = "sessions"    // the shared sessions: records, histories, events, leases, control
+	ComponentBudget      = "budget"      // the retry budget
 )
+
+// KeyOwners say which component each key belongs to: each store declares
+// its own layout (its OwnsKey), so that the metrics parse none.
+type KeyOwners struct {
+	Credentials, Cooldowns, Sessions, Budget func(key string) bool
+}
 
 // Indexes into redisHook's per-component series (the order of
 // RedisComponents).
@@ -35,20 +41,19 @@ const (
 // series are resolved once, so that a round trip costs two clock reads and
 // a few atomic adds.
 type redisHook struct {
-	prefix    string // the stores' key prefix
-	providers string // the credential store's provider set: <prefix>providers
-	trips     [numComponents]prometheus.Counter
-	errs      [numComponents]prometheus.Counter
-	seconds   [numComponents]prometheus.Observer
+	owners  [compOther]func(key string) bool // by component index
+	trips   [numComponents]prometheus.Counter
+	errs    [numComponents]prometheus.Counter
+	seconds [numComponents]prometheus.Observer
 }
 
 var _ redis.Hook = (*redisHook)(nil)
 
 // RedisHook returns the go-redis hook that counts round trips to Redis in
 // agentd_redis_round_trips_total, agentd_redis_round_trip_seconds and
-// agentd_redis_errors_total, by component. keyPrefix is the stores' key
-// prefix (store.redis.key_prefix). Add it to the shared client with AddHook
-// before the stores use it.
+// agentd_redis_errors_total, by component, the stores telling which keys are
+// theirs (owners; a nil one owns nothing). Add it to the shared client with
+// AddHook before the stores use it.
 //
 // A round trip is counted for the component of the first key it touches: a
 // command's first argument, a script's first key (EVAL, EVALSHA, FCALL and
@@ -60,13 +65,21 @@ var _ redis.Hook = (*redisHook)(nil)
 // other than redis.Nil and the error replies go-redis recovers from (see
 // failed). Subscriptions run on connections of their own, outside the
 // hooks, and are not counted.
-func (m *Metrics) RedisHook(keyPrefix string) redis.Hook {
-	h := &redisHook{prefix: keyPrefix, providers: keyPrefix + "providers"}
+func (m *Metrics) RedisHook(owners KeyOwners) redis.Hook {
+	h := newRedisHook(owners)
 	for i, c := range RedisComponents {
 		h.trips[i] = m.RedisRoundTrips.WithLabelValues(c)
 		h.errs[i] = m.RedisErrors.WithLabelValues(c)
 		h.seconds[i] = m.RedisRoundTripTime.WithLabelValues(c)
 	}
+	return h
+}
+
+// newRedisHook is a hook classifying by owners, its series not set yet.
+func newRedisHook(owners KeyOwners) *redisHook {
+	h := &redisHook{}
+	h.owners[compCredentials], h.owners[compCooldowns] = owners.Credentials, owners.Cooldowns
+	h.owners[compSessions], h.owners[compBudget] = owners.Sessions, owners.Budget
 	return h
 }
 
@@ -161,23 +174,12 @@ func (h *redisHook) component(args []any) int {
 	return h.classify(key)
 }
 
-// classify maps a key (or a channel) to its component.
+// classify maps a key (or a channel) to the component that owns it.
 func (h *redisHook) classify(key string) int {
-	if strings.Contains(key, "{prov:") || key == h.providers {
-		return compCredentials
-	}
-	rest, ok := strings.CutPrefix(key, h.prefix)
-	if !ok {
-		return compOther
-	}
-	switch {
-	case strings.HasPrefix(rest, "{cooldowns}"):
-		return compCooldowns
-	case strings.HasPrefix(rest, "{budget}"):
-		return compBudget
-	case strings.HasPrefix(rest, "{ses_"), strings.HasPrefix(rest, "sessions:"),
-		strings.HasPrefix(rest, "tenant:"), strings.HasPrefix(rest, "replica:"):
-		return compSessions
+	for c, owns := range h.owners {
+		if owns != nil && owns(key) {
+			return c
+		}
 	}
 	return compOther
 }

@@ -10,10 +10,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/agentd/agentd/internal/cooldown"
+	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/retrybudget"
+	"github.com/agentd/agentd/internal/sessionstore"
 )
 
 const testPrefix = "t:"
+
+// testOwners are the stores' own key layouts under prefix, as app wires them.
+func testOwners(prefix string) KeyOwners {
+	return KeyOwners{
+		Credentials: func(k string) bool { return credstore.OwnsKey(prefix, k) },
+		Cooldowns:   func(k string) bool { return cooldown.OwnsKey(prefix, k) },
+		Sessions:    func(k string) bool { return sessionstore.OwnsKey(prefix, k) },
+		Budget:      func(k string) bool { return retrybudget.OwnsKey(prefix, k) },
+	}
+}
 
 // testMetrics are metrics on a registry of the test's own.
 type testMetrics struct {
@@ -106,7 +120,7 @@ func TestRedisHookCountsRoundTrips(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 	t.Cleanup(func() { _ = c.Close() })
-	c.AddHook(m.RedisHook(testPrefix))
+	c.AddHook(m.RedisHook(testOwners(testPrefix)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -228,7 +242,7 @@ func TestRedisHookCountsUnreachable(t *testing.T) {
 	m := newRedisMetrics(t)
 	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	c.AddHook(m.RedisHook(testPrefix))
+	c.AddHook(m.RedisHook(testOwners(testPrefix)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	step(t, m, "GET with Redis down", map[string]counts{ComponentCooldowns: {trips: 1, errs: 1}}, func() {
@@ -248,7 +262,7 @@ func TestRedisHookCountsUnreachable(t *testing.T) {
 
 func TestRedisComponentOfKeys(t *testing.T) {
 	for _, prefix := range []string{"", "bench1:"} {
-		h := &redisHook{prefix: prefix, providers: prefix + "providers"}
+		h := newRedisHook(testOwners(prefix))
 		for key, want := range map[string]int{
 			prefix + "{prov:anthropic}:creds":        compCredentials,
 			prefix + "{prov:anthropic}:order":        compCredentials,
@@ -277,7 +291,7 @@ func TestRedisComponentOfKeys(t *testing.T) {
 			}
 		}
 	}
-	h := &redisHook{prefix: testPrefix, providers: testPrefix + "providers"}
+	h := newRedisHook(testOwners(testPrefix))
 	for _, tc := range []struct {
 		args []any
 		want int
@@ -299,7 +313,7 @@ func TestRedisComponentOfKeys(t *testing.T) {
 // The hook adds no allocation to a round trip.
 func TestRedisHookAllocations(t *testing.T) {
 	m := newRedisMetrics(t)
-	h := m.RedisHook(testPrefix)
+	h := m.RedisHook(testOwners(testPrefix))
 	ctx := context.Background()
 	one := h.ProcessHook(func(context.Context, redis.Cmder) error { return nil })
 	pipe := h.ProcessPipelineHook(func(context.Context, []redis.Cmder) error { return nil })
