@@ -74,7 +74,8 @@ func (a *Agentd) SSE(ctx context.Context, t testing.TB, method, path, body strin
 }
 
 // ReadFrames reads SSE frames from body until stop returns true (nil:
-// until the body ends); comments (": keep-alive") are skipped.
+// until the body ends); comments (": keep-alive") are skipped, a line
+// that is not SSE fails the test.
 func ReadFrames(t testing.TB, body io.Reader, stop func(Frame) bool) []Frame {
 	t.Helper()
 	sc := bufio.NewScanner(body)
@@ -111,6 +112,9 @@ func ReadFrames(t testing.TB, body io.Reader, stop func(Frame) bool) []Frame {
 				data.WriteByte('\n')
 			}
 			data.WriteString(value)
+		case field == "retry": // a reconnection delay: not the test's business
+		default:
+			t.Fatalf("agentdtest: unexpected SSE line %q", line)
 		}
 	}
 	if err := sc.Err(); err != nil {

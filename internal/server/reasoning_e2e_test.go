@@ -17,6 +17,7 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Model parameters, thinking and reasoning state end to end: agentd from a
@@ -319,7 +320,7 @@ func TestFallbackAndRevertWithThinkingOverREST(t *testing.T) {
 		},
 	})
 	defer fake.Close()
-	clock := &fakeClock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	ts := start(t, reasoningConfig(fake, "acme", "acme"), app.WithClock(clock.Now))
 	id := createREST(t, testCtx(t), ts.baseURL, thinkingSession, nil)
 	frames, _ := ssePrompt(t, ts, id, `{"text":"weather in Paris?"}`)

@@ -16,19 +16,20 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/app"
-	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/server"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
-const testTimeout = 60 * time.Second
+// testTimeout bounds a test's waits (testkit.Timeout).
+const testTimeout = testkit.Timeout
 
 type testServer struct {
 	app     *app.App
@@ -40,46 +41,16 @@ type testServer struct {
 }
 
 // start runs agentd on loopback ports with the given YAML configuration
-// (listen addresses are set to port 0).
+// (agentdtest.Start: the listen addresses are set to port 0).
 func start(t testing.TB, yaml string, opts ...app.Option) *testServer {
 	t.Helper()
-	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	a, err := app.New(cfg, nil, opts...)
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	srv := a.Server()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(testTimeout):
-			t.Errorf("server did not stop")
-		}
-	})
-	return &testServer{app: a, srv: srv, conn: conn, agent: agentdv1.NewAgentServiceClient(conn),
-		creds: agentdv1.NewCredentialServiceClient(conn), baseURL: "http://" + srv.HTTPAddr()}
+	a := agentdtest.Start(t, yaml, agentdtest.WithApp(opts...))
+	return &testServer{app: a.App, srv: a.Server, conn: a.Conn, agent: a.Agent,
+		creds: a.Creds, baseURL: a.BaseURL}
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
+// testCtx bounds a test's calls (testkit.Context).
+func testCtx(t *testing.T) context.Context { return testkit.Context(t) }
 
 // collect reads a prompt stream to its end.
 func collect(t *testing.T, stream grpc.ServerStreamingClient[agentdv1.Event]) []*agentdv1.Event {
@@ -211,40 +182,15 @@ type sseFrame struct {
 	data      map[string]any
 }
 
-// readSSE reads frames until stop returns true or the body ends.
+// readSSE reads frames until stop returns true or the body ends
+// (agentdtest.ReadFrames).
 func readSSE(t *testing.T, body io.Reader, stop func(sseFrame) bool) []sseFrame {
 	t.Helper()
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var frames []sseFrame
-	var cur sseFrame
-	var data strings.Builder
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.event == "" && data.Len() == 0 {
-				continue
-			}
-			if err := json.Unmarshal([]byte(data.String()), &cur.data); err != nil {
-				t.Fatalf("frame data %q: %v", data.String(), err)
-			}
-			frames = append(frames, cur)
-			if stop(cur) {
-				return frames
-			}
-			cur, data = sseFrame{}, strings.Builder{}
-		case strings.HasPrefix(line, "id: "):
-			cur.id = strings.TrimPrefix(line, "id: ")
-		case strings.HasPrefix(line, "event: "):
-			cur.event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data.WriteString(strings.TrimPrefix(line, "data: "))
-		case strings.HasPrefix(line, ":"):
-		default:
-			t.Fatalf("unexpected SSE line %q", line)
-		}
-	}
+	agentdtest.ReadFrames(t, body, func(f agentdtest.Frame) bool {
+		frames = append(frames, sseFrame{id: f.ID, event: f.Event, data: f.Data})
+		return stop(frames[len(frames)-1])
+	})
 	return frames
 }
 
@@ -863,26 +809,8 @@ func TestRetryControlsOverGRPC(t *testing.T) {
 	}
 }
 
-// fakeClock is the server's clock of time that becomes data (cooldowns).
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func TestRESTFallbackAndRevert(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
 	ctx := testCtx(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
@@ -1100,7 +1028,7 @@ func TestMetricsAfterRetryChain(t *testing.T) {
 // starts on the fallback (model_change, reason cooldown) and goes back to
 // the primary once the cooldown has expired.
 func TestRESTNewSessionStartsOffACoolingModel(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
 	ctx := testCtx(t)
 	sse := func(id, text string) []sseFrame {

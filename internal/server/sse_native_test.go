@@ -25,7 +25,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
-	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/telemetry"
 )
@@ -54,10 +53,6 @@ func startSSE(t testing.TB, yaml string, opts ...Option) *sseTestServer {
 // says (nil: as configured).
 func startSSETraced(t testing.TB, yaml string, tr *telemetry.Tracing, opts ...Option) *sseTestServer {
 	t.Helper()
-	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := &sseTestServer{}
 	opts = append([]Option{withViaGateway(func(r *http.Request) bool {
 		if r.Header.Get(viaHeader) == "gateway" {
@@ -66,20 +61,8 @@ func startSSETraced(t testing.TB, yaml string, tr *telemetry.Tracing, opts ...Op
 		ts.native.Add(1)
 		return false
 	})}, opts...)
-	a, err := newTestApp(cfg, nil, tr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startTestApp(t, yaml, nil, tr, opts...)
 	srv := a.Server()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
 	ts.app, ts.srv, ts.addr, ts.base = a, srv, srv.HTTPAddr(), "http://"+srv.HTTPAddr()
 	return ts
 }
