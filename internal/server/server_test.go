@@ -49,9 +49,6 @@ func start(t testing.TB, yaml string, opts ...app.Option) *testServer {
 		creds: a.Creds, baseURL: a.BaseURL}
 }
 
-// testCtx bounds a test's calls (testkit.Context).
-func testCtx(t *testing.T) context.Context { return testkit.Context(t) }
-
 // collect reads a prompt stream to its end.
 func collect(t *testing.T, stream grpc.ServerStreamingClient[agentdv1.Event]) []*agentdv1.Event {
 	t.Helper()
@@ -99,7 +96,7 @@ func checkSeq(t *testing.T, evs []*agentdv1.Event, first uint64) {
 
 func TestGRPCCreatePromptHistory(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +227,7 @@ func createREST(t *testing.T, ctx context.Context, base, body string, header htt
 
 func TestRESTPromptSSEAndResume(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo","systemPrompt":"be brief"}`, nil)
 
 	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"one two three"}`,
@@ -319,7 +316,7 @@ func TestRESTPromptSSEAndResume(t *testing.T) {
 
 func TestRESTErrorsMapToHTTPStatus(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for _, tc := range []struct {
 		name, method, path, body string
 		want                     int
@@ -349,7 +346,7 @@ func TestRESTErrorsMapToHTTPStatus(t *testing.T) {
 
 func TestBadInputGRPC(t *testing.T) {
 	ts := start(t, "sessions: {max_prompt_bytes: 64}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -477,7 +474,7 @@ func promptErr(ctx context.Context, ts *testServer, id, text string) error {
 
 func TestBusyAbortDelete(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "wait [[faults: hang]]"}))
 	// Wait until the model call is in flight.
@@ -541,7 +538,7 @@ func TestTenantIsolation(t *testing.T) {
     - {token: "token-of-team-a-0123456789", tenant: team-a}
     - {token: "token-of-team-b-0123456789", tenant: team-b}
 `)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	asA := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer token-of-team-a-0123456789")
 	asB := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer token-of-team-b-0123456789")
 
@@ -601,7 +598,7 @@ func TestTenantIsolation(t *testing.T) {
 
 func TestManySessionsPromptAtOnce(t *testing.T) {
 	ts := start(t, "providers: [{name: sim, kind: simulated, token_delay_ms: 1}]\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	const n = 200
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -668,7 +665,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 
 func TestStopEndsStreamsWithFinalEvent(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "[[faults: hang]]"}))
 	if _, err := stream.Recv(); err != nil {
@@ -695,7 +692,7 @@ func TestStopEndsStreamsWithFinalEvent(t *testing.T) {
 
 func TestRESTRetryChainOverSSE(t *testing.T) {
 	ts := start(t, "retry: {base_delay_ms: 20}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
 	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"hi [[faults: 529,503,ok]]"}`,
 		http.Header{"Accept": {"text/event-stream"}})
@@ -745,7 +742,7 @@ func TestRESTRetryChainOverSSE(t *testing.T) {
 
 func TestRetryControlsOverGRPC(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	id := sess.GetId()
 	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: id, Text: "[[faults: 429:retry-after=60,ok]]"}))
@@ -812,7 +809,7 @@ func TestRetryControlsOverGRPC(t *testing.T) {
 func TestRESTFallbackAndRevert(t *testing.T) {
 	clock := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
 	sse := func(text string) []sseFrame {
 		resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+text+`"}`, http.Header{"Accept": {"text/event-stream"}})
@@ -867,7 +864,7 @@ func TestRESTFallbackAndRevert(t *testing.T) {
 
 func TestToolLoopOverGRPC(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}})
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo",
 		Tools: []*agentdv1.Tool{{Name: "lookup", Description: "looks things up", InputSchema: schema}}}))
@@ -923,7 +920,7 @@ func TestToolLoopOverGRPC(t *testing.T) {
 
 func TestToolLoopOverREST(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	// A bad schema is refused at creation.
 	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions", `{"model":"sim/echo","tools":[{"name":"x","inputSchema":{"type":"string"}}]}`, nil)
 	b, _ := io.ReadAll(resp.Body)
@@ -970,7 +967,7 @@ func TestToolLoopOverREST(t *testing.T) {
 
 func TestMetricsAfterRetryChain(t *testing.T) {
 	ts := start(t, "retry: {base_delay_ms: 10}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "[[faults: 529,503,ok]]"})))
 	if evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
@@ -1030,7 +1027,7 @@ func TestMetricsAfterRetryChain(t *testing.T) {
 func TestRESTNewSessionStartsOffACoolingModel(t *testing.T) {
 	clock := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sse := func(id, text string) []sseFrame {
 		resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+text+`"}`, http.Header{"Accept": {"text/event-stream"}})
 		defer resp.Body.Close()

@@ -40,3 +40,14 @@ func EventuallyCtx(ctx context.Context, t testing.TB, every time.Duration, what 
 		}
 	}
 }
+
+// EventuallyErr checks cond every PollEvery until it returns nil, and fails
+// the test with what and cond's last error (which says how far from done
+// it was) when Timeout passes first.
+func EventuallyErr(t testing.TB, what string, cond func() error) {
+	t.Helper()
+	EventuallyCtx(Context(t), t, PollEvery, what, func(context.Context) (bool, error) {
+		err := cond()
+		return err == nil, err
+	})
+}
