@@ -11,7 +11,6 @@ package deploy_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,7 +29,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,10 +37,11 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/agentd/agentd/internal/app"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite kubernetes/prometheusrule.yaml from prometheus/alerts.yaml")
@@ -314,51 +313,26 @@ var (
 // as agentd_sessions_active) count as exported too.
 func scraped(t *testing.T) catalog {
 	t.Helper()
-	scrapeOnce.Do(func() { scrapeCat, scrapeErr = scrapeServer() })
+	scrapeOnce.Do(func() {
+		scrapeErr = errors.New("the scrape failed in an earlier test")
+		scrapeCat, scrapeErr = scrapeServer(t)
+	})
 	if scrapeErr != nil {
 		t.Fatal(scrapeErr)
 	}
 	return scrapeCat
 }
 
-func scrapeServer() (catalog, error) {
-	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"))
+func scrapeServer(t *testing.T) (catalog, error) {
+	a := agentdtest.Start(t, "")
+	resp := a.Do(testkit.Context(t), t, "GET", "/metrics", "", nil)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, err
 	}
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		return nil, fmt.Errorf("app.New: %w", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(40 * time.Second):
-		}
-	}()
-	url := "http://" + a.Server().HTTPAddr() + "/metrics"
-	var body []byte
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			body, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err == nil && resp.StatusCode == http.StatusOK {
-				break
-			}
-			if err == nil {
-				err = fmt.Errorf("GET %s: %s", url, resp.Status)
-			}
-		}
-		if time.Now().After(deadline) {
-			return nil, err
-		}
-		time.Sleep(50 * time.Millisecond)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	cat := catalog{}
 	types := map[string]string{}

@@ -9,7 +9,7 @@ package deploy_test
 // each label value a runbook names, must be among them.
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,13 +19,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
-	"github.com/agentd/agentd/internal/app"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // labelValues maps a family to its labels' values: family → label → value.
@@ -54,8 +54,7 @@ func (lv labelValues) values(family, label string) []string {
 // scriptedConfig is the server the script runs on: two credentials (a usage
 // limit switches to the other), a fallback chain for role "chat", retries
 // with a 1 ms base delay.
-const scriptedConfig = `listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}
-retry: {base_delay_ms: 1, max_retries: 2, fallback_chains: {chat: [sim/backup]}}
+const scriptedConfig = `retry: {base_delay_ms: 1, max_retries: 2, fallback_chains: {chat: [sim/backup]}}
 providers:
   - name: sim
     kind: simulated
@@ -91,7 +90,10 @@ var (
 // label values of its /metrics.
 func scriptedRun(t *testing.T) labelValues {
 	t.Helper()
-	scriptOnce.Do(func() { scriptValues, _, scriptErr = runServer(scriptedConfig, scriptedPrompts) })
+	scriptOnce.Do(func() {
+		scriptErr = errors.New("the scripted run failed in an earlier test")
+		scriptValues, _, scriptErr = runServer(t, scriptedConfig, scriptedPrompts)
+	})
 	if scriptErr != nil {
 		t.Fatal(scriptErr)
 	}
@@ -117,56 +119,21 @@ func scriptedRun(t *testing.T) labelValues {
 	return lv
 }
 
-// runServer runs a server with yaml, runs prompts on it (role, text; each
-// in a session of its own) and returns the label values of its /metrics
-// and the series of each family.
-func runServer(yaml string, prompts [][2]string) (labelValues, map[string][]map[string]string, error) {
-	cfg, err := config.Parse(strings.NewReader(yaml))
-	if err != nil {
-		return nil, nil, err
-	}
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("app.New: %w", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(40 * time.Second):
-		}
-	}()
-	base := "http://" + a.Server().HTTPAddr()
-	client := &http.Client{Timeout: 60 * time.Second}
+// runServer runs a server with yaml (agentdtest.Start: it drains when the
+// test ends), runs prompts on it (role, text; each in a session of its
+// own) and returns the label values of its /metrics and the series of each
+// family.
+func runServer(t *testing.T, yaml string, prompts [][2]string) (labelValues, map[string][]map[string]string, error) {
+	a := agentdtest.Start(t, yaml)
+	ctx := testkit.Context(t)
 	do := func(method, path, body, accept string) (string, error) {
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			return "", err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", accept)
-		resp, err := client.Do(req)
-		if err != nil {
-			return "", err
-		}
+		resp := a.Do(ctx, t, method, path, body, http.Header{"Accept": {accept}})
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		if err == nil && resp.StatusCode != http.StatusOK {
 			err = fmt.Errorf("%s %s: %s %s", method, path, resp.Status, b)
 		}
 		return string(b), err
-	}
-	// Ready once /readyz answers.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if _, err := do("GET", "/readyz", "", "text/plain"); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			return nil, nil, err
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	idRe := regexp.MustCompile(`"id":\s*"(ses_[a-z0-9]+)"`)
 	for _, p := range prompts {
@@ -526,7 +493,7 @@ func readREADME() (string, error) {
 // none of a combination that cannot occur: a model under another provider
 // than its own, provider or role "other" (every one is configured).
 func TestFreshStartSeries(t *testing.T) {
-	_, all, err := runServer("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n", nil)
+	_, all, err := runServer(t, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

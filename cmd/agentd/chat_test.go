@@ -2,13 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/agentd/agentd/internal/app"
-	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/agentdtest"
 )
 
 func TestChatFlags(t *testing.T) {
@@ -32,30 +29,12 @@ func TestChatFlags(t *testing.T) {
 // TestChatCommand runs "agentd chat" (not a terminal: plain lines) against
 // a real agentd.
 func TestChatCommand(t *testing.T) {
-	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\nretry: {base_delay_ms: 10}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("agentd did not stop")
-		}
-	}()
+	a := agentdtest.Start(t, "retry: {base_delay_ms: 10}\n")
 
 	t.Setenv("AGENTD_TOKEN", "") // no auth configured
 	var out, errOut bytes.Buffer
 	in := strings.NewReader("hi [[faults: 529,429:retry-after-ms=100,ok]]\n")
-	if code := run([]string{"chat", "--addr", a.Server().GRPCAddr()}, in, &out, &errOut); code != 0 {
+	if code := run([]string{"chat", "--addr", a.GRPCAddr()}, in, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	got := out.String()

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -15,19 +14,12 @@ import (
 	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
-
-const testTimeout = 30 * time.Second
 
 // Every test must leave no goroutine behind.
 func TestMain(m *testing.M) {
 	redistest.VerifyTestMain(m)
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func parse(t *testing.T, yaml string) *config.Config {
@@ -92,7 +84,7 @@ func TestNewRollsBackAfterRedis(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := testkit.Context(t)
 			before := goleak.IgnoreCurrent()
 			grpcAddr := freeAddr(t)
 			prefix := strings.ReplaceAll(tc.name, " ", "-") + ":"
@@ -109,6 +101,8 @@ func TestNewRollsBackAfterRedis(t *testing.T) {
 				t.Fatalf("app.New: %v, want an error naming %s", err, tc.failing)
 			}
 			// The stores had written: Redis was reached before the failure.
+			// A probe of its own, closed at once: the connections counted
+			// below must be agentd's only.
 			probe := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 			keys, err := probe.Keys(ctx, prefix+"*").Result()
 			probe.Close()
@@ -134,7 +128,7 @@ func TestNewRollsBackAfterRedis(t *testing.T) {
 // nothing of the Redis client is left.
 func TestRunStopsEverything(t *testing.T) {
 	rs := redistest.Start(t)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	cfg := parse(t, fmt.Sprintf("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"+
 		"store:\n  backend: redis\n  redis: {addr: %q, key_prefix: \"run:\"}\n", rs.Addr()))
 	a, err := app.New(cfg, nil)

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
-	"github.com/agentd/agentd/internal/app"
-	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/agentdtest"
+	"github.com/agentd/agentd/internal/testkit"
 	tea "github.com/charmbracelet/bubbletea"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,32 +23,13 @@ import (
 // waitLimit bounds every wait of the tests.
 const waitLimit = 20 * time.Second
 
-const testConfig = "listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\nretry: {base_delay_ms: 10}\n"
+const testConfig = "retry: {base_delay_ms: 10}\n"
 
-// startServer runs a real agentd on loopback ports and returns its gRPC
-// address; it drains when the test ends.
+// startServer runs a real agentd on loopback ports (agentdtest.Start)
+// and returns its gRPC address; it drains when the test ends.
 func startServer(t *testing.T, yaml string) string {
 	t.Helper()
-	cfg, err := config.Parse(strings.NewReader(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(waitLimit):
-			t.Error("agentd did not stop")
-		}
-	})
-	return a.Server().GRPCAddr()
+	return agentdtest.Start(t, yaml).GRPCAddr()
 }
 
 // dialAPI connects to agentd.
@@ -62,11 +43,7 @@ func dialAPI(t *testing.T, addr string) agentdv1.AgentServiceClient {
 	return agentdv1.NewAgentServiceClient(conn)
 }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testContext(t *testing.T) context.Context { return testkit.ContextFor(t, waitLimit) }
 
 // fakeAPI is a scripted AgentService that records the commands it gets.
 type fakeAPI struct {

@@ -50,7 +50,7 @@ func golden(t *testing.T, name, got string) {
 // The delays are the provider's hints (or the 10 ms base delay), so the
 // transcript is stable: testdata/plain.golden.
 func TestPlainTranscript(t *testing.T) {
-	addr := startServer(t, "listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\nretry: {base_delay_ms: 10, max_retries: 3}\n")
+	addr := startServer(t, "retry: {base_delay_ms: 10, max_retries: 3}\n")
 	in := strings.Join([]string{
 		"hello [[faults: 529,503:retry-after-ms=200,ok]]",
 		"bad [[faults: nope]]",
@@ -76,7 +76,7 @@ func TestPlainTranscript(t *testing.T) {
 
 // TestPlainFallback: with a fallback chain, the fallback notices.
 func TestPlainFallback(t *testing.T) {
-	addr := startServer(t, "listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"+
+	addr := startServer(t,
 		"retry: {base_delay_ms: 10, max_retries: 3, fallback_chains: {default: [sim/echo, sim/backup]}}\n")
 	in := "refused [[faults: refusal,ok]]\n"
 	var out, errOut bytes.Buffer

@@ -11,6 +11,7 @@ import (
 	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // registry is what both implementations offer.
@@ -73,9 +74,14 @@ func TestRedisSharedAcrossReplicas(t *testing.T) {
 	if act, _ := b.Active(ctx); len(act) != 1 {
 		t.Fatalf("active on b = %v", act)
 	}
-	// Wait for the cooldown itself to run out (the thing under test is
-	// time on Redis' clock).
-	time.Sleep(time.Until(u) + 20*time.Millisecond)
+	// Wait for the cooldown itself to run out on Redis' clock (the thing
+	// under test), reading that clock rather than sleeping on ours.
+	probe := redistest.Client(t, srv.Addr())
+	testkit.EventuallyCtx(testkit.Context(t), t, testkit.PollEvery, "Redis' clock past the cooldown's end",
+		func(ctx context.Context) (bool, error) {
+			now, err := probe.Time(ctx).Result()
+			return err == nil && now.After(u), err
+		})
 	if u, _ := b.SuppressedUntil(ctx, "anthropic/claude"); !u.IsZero() {
 		t.Fatalf("expired cooldown still in force on b: %v", u)
 	}

@@ -3,7 +3,6 @@ package credstore
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,15 +12,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-const defaultTestTimeout = 10 * time.Second
+	"github.com/agentd/agentd/internal/testkit"
+)
 
 // env is one backend's shared state: every store open returns shares it
 // (Memory: the same store; Redis: a new store instance, with its own client,
 // on the same Redis and key prefix — like another replica).
 type env struct {
-	clk  *fakeClock
+	clk  *testkit.Clock
 	open func() Store
 }
 
@@ -39,15 +38,9 @@ func approx(t *testing.T, what string, got, want time.Duration) {
 	}
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func mustAdd(t *testing.T, s Store, c Credential) Info {
 	t.Helper()
-	info, err := s.Add(testCtx(t), c)
+	info, err := s.Add(testkit.Context(t), c)
 	if err != nil {
 		t.Fatalf("Add(%s) = %v", c.ID, err)
 	}
@@ -56,7 +49,7 @@ func mustAdd(t *testing.T, s Store, c Credential) Info {
 
 func infoOf(t *testing.T, s Store, providerName, id string) Info {
 	t.Helper()
-	infos, err := s.List(testCtx(t), Filter{Provider: providerName, All: true})
+	infos, err := s.List(testkit.Context(t), Filter{Provider: providerName, All: true})
 	if err != nil {
 		t.Fatalf("List(%q) = %v", providerName, err)
 	}
@@ -89,7 +82,7 @@ func addTrio(t *testing.T, s Store) {
 
 func usageLimited(t *testing.T, s Store, id string, window time.Duration, fromProvider bool) Switch {
 	t.Helper()
-	sw, err := s.UsageLimited(testCtx(t), "", "p", id, window, fromProvider, "usage limit reached for "+id)
+	sw, err := s.UsageLimited(testkit.Context(t), "", "p", id, window, fromProvider, "usage limit reached for "+id)
 	if err != nil {
 		t.Fatalf("UsageLimited(%s) = %v", id, err)
 	}
@@ -98,7 +91,7 @@ func usageLimited(t *testing.T, s Store, id string, window time.Duration, fromPr
 
 func pickID(t *testing.T, s Store, providerName string) string {
 	t.Helper()
-	c, ok, err := s.Pick(testCtx(t), "", providerName)
+	c, ok, err := s.Pick(testkit.Context(t), "", providerName)
 	if err != nil || !ok {
 		t.Fatalf("Pick(%q) = %v, %t, %v; want a credential", providerName, c, ok, err)
 	}
@@ -112,14 +105,14 @@ func pickID(t *testing.T, s Store, providerName string) string {
 func runConformance(t *testing.T, newEnv newEnvFunc) {
 	t.Run("EmptyProvider", func(t *testing.T) {
 		s := newEnv(t, 0).open()
-		c, ok, err := s.Pick(testCtx(t), "", "nobody")
+		c, ok, err := s.Pick(testkit.Context(t), "", "nobody")
 		if ok || err != nil {
 			t.Errorf("Pick(nobody) = %v, %t, %v; want nothing, false, nil", c, ok, err)
 		}
-		if infos, err := s.List(testCtx(t), Filter{Provider: "nobody"}); err != nil || len(infos) != 0 {
+		if infos, err := s.List(testkit.Context(t), Filter{Provider: "nobody"}); err != nil || len(infos) != 0 {
 			t.Errorf("List(nobody) = %v, %v; want none", infos, err)
 		}
-		if err := s.Ready(testCtx(t)); err != nil || s.Degraded() {
+		if err := s.Ready(testkit.Context(t)); err != nil || s.Degraded() {
 			t.Errorf("Ready() = %v, Degraded() = %t; want nil, false", err, s.Degraded())
 		}
 	})
@@ -143,7 +136,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		mustAdd(t, s, Credential{ID: "own", Provider: "p", Secret: "secret-own", Owner: "team"})
 		prefer := func(tenant, id string) string {
 			t.Helper()
-			c, ok, err := s.PickPreferred(testCtx(t), tenant, "p", id)
+			c, ok, err := s.PickPreferred(testkit.Context(t), tenant, "p", id)
 			if err != nil || !ok || c.Secret != "secret-"+c.ID {
 				t.Fatalf("PickPreferred(%q, %q) = %v, %t, %v", tenant, id, c.ID, ok, err)
 			}
@@ -177,7 +170,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		if id := prefer("team", "c"); id != "own" {
 			t.Errorf("PickPreferred(team, c) = %s: the tenant's own available credential comes first", id)
 		}
-		if _, err := s.UsageLimited(testCtx(t), "team", "p", "own", time.Hour, true, "test"); err != nil {
+		if _, err := s.UsageLimited(testkit.Context(t), "team", "p", "own", time.Hour, true, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if id := prefer("team", "c"); id != "c" {
@@ -215,7 +208,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 			t.Fatalf("UsageLimited(b) = %+v; want no switch, a sibling", sw)
 		}
 		approx(t, "SiblingFreeIn", sw.SiblingFreeIn, 5*time.Minute)
-		_, ok, err := s.Pick(testCtx(t), "", "p")
+		_, ok, err := s.Pick(testkit.Context(t), "", "p")
 		var abe *AllBlockedError
 		if !ok || !errors.Is(err, ErrAllBlocked) || !errors.As(err, &abe) {
 			t.Fatalf("Pick = %t, %v; want an AllBlockedError", ok, err)
@@ -238,7 +231,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		approx(t, "SiblingFreeIn", sw.SiblingFreeIn, time.Minute)
 
 		mustAdd(t, s, Credential{ID: "solo", Provider: "q", Secret: "secret-solo"})
-		sw, err := s.UsageLimited(testCtx(t), "", "q", "solo", time.Minute, true, "limit")
+		sw, err := s.UsageLimited(testkit.Context(t), "", "q", "solo", time.Minute, true, "limit")
 		if err != nil || sw != (Switch{}) {
 			t.Errorf("UsageLimited(solo) = %+v, %v; want no switch, no sibling", sw, err)
 		}
@@ -280,7 +273,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		s := e.open()
 		mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a"})
 		usageLimited(t, s, "a", 2*time.Minute, true)
-		if _, _, err := s.Pick(testCtx(t), "", "p"); !errors.Is(err, ErrAllBlocked) {
+		if _, _, err := s.Pick(testkit.Context(t), "", "p"); !errors.Is(err, ErrAllBlocked) {
 			t.Fatalf("Pick while blocked = %v; want ErrAllBlocked", err)
 		}
 		e.clk.Advance(2*time.Minute + approxTolerance)
@@ -353,7 +346,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 
 	t.Run("DeleteAndList", func(t *testing.T) {
 		s := newEnv(t, 0).open()
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		mustAdd(t, s, Credential{ID: "y", Provider: "p1", Secret: "secret-y", Source: SourceConfig})
 		mustAdd(t, s, Credential{ID: "x", Provider: "p1", Secret: "secret-x", BankedResets: 2, AutoRedeem: true})
 		mustAdd(t, s, Credential{ID: "z", Provider: "p0", Secret: "secret-z"})
@@ -396,7 +389,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 
 	t.Run("AddErrors", func(t *testing.T) {
 		s := newEnv(t, 0).open()
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a"})
 		for _, c := range []Credential{
 			{ID: "a", Provider: "p", Secret: "other"},
@@ -432,7 +425,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 	t.Run("ConfigReAdd", func(t *testing.T) {
 		e := newEnv(t, 0)
 		s := e.open()
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		cfg := Credential{ID: "a", Provider: "p", Secret: "old", Source: SourceConfig, BankedResets: 2, AutoRedeem: true}
 		mustAdd(t, s, cfg)
 		if sw := usageLimited(t, s, "a", time.Hour, true); !sw.Redeemed || sw.BankedLeft != 1 {
@@ -458,7 +451,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 
 	t.Run("SecretsNeverShown", func(t *testing.T) {
 		s := newEnv(t, 0).open()
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		const secret = "sk-VERY-SECRET-1234"
 		c := Credential{ID: "a", Provider: "p", Secret: secret, Source: SourceAPI}
 		info := mustAdd(t, s, c)
@@ -523,7 +516,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		for i := range blockedAt {
 			blockedAt[i].Store(1 << 62)
 		}
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		var wg sync.WaitGroup
 		errs := make(chan error, 64)
 		for g := range 6 {
@@ -577,7 +570,7 @@ func runConformance(t *testing.T, newEnv newEnvFunc) {
 		mustAdd(t, stores[0], Credential{ID: "a", Provider: "p", Secret: "secret-a", BankedResets: 1, AutoRedeem: true})
 		mustAdd(t, stores[0], Credential{ID: "b", Provider: "p", Secret: "secret-b"})
 		usageLimited(t, stores[0], "b", time.Hour, true)
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		var redeemed, switched atomic.Int32
 		var wg sync.WaitGroup
 		for g := range 16 {
@@ -618,7 +611,7 @@ func runAccounts(t *testing.T, newEnv newEnvFunc) {
 	mustAdd(t, s, Credential{ID: "c", Provider: "p", Secret: "secret-c"})
 	var got []string
 	for range 3 {
-		c, ok, err := other.Pick(testCtx(t), "", "p")
+		c, ok, err := other.Pick(testkit.Context(t), "", "p")
 		if err != nil || !ok {
 			t.Fatalf("Pick = %v, %v", ok, err)
 		}
@@ -642,7 +635,7 @@ func runAccounts(t *testing.T, newEnv newEnvFunc) {
 	}
 	// A redeem too.
 	mustAdd(t, s, Credential{ID: "r", Provider: "q", Secret: "secret-r", Account: "org-r", BankedResets: 1, AutoRedeem: true})
-	if sw, err := other.UsageLimited(testCtx(t), "", "q", "r", time.Hour, true, "limit"); err != nil || !sw.Redeemed || sw.To.Account != "org-r" {
+	if sw, err := other.UsageLimited(testkit.Context(t), "", "q", "r", time.Hour, true, "limit"); err != nil || !sw.Redeemed || sw.To.Account != "org-r" {
 		t.Errorf("UsageLimited(r) = %+v, %v; want a redeem of r of org-r", sw, err)
 	}
 	// A configuration credential added again takes its new account.
@@ -650,24 +643,24 @@ func runAccounts(t *testing.T, newEnv newEnvFunc) {
 		if i := mustAdd(t, s, Credential{ID: "cfg", Provider: "k", Secret: "secret-cfg", Source: SourceConfig, Account: acct}); i.Account != acct {
 			t.Errorf("Add(cfg, %q) = %+v", acct, i)
 		}
-		c, _, err := other.Pick(testCtx(t), "", "k")
+		c, _, err := other.Pick(testkit.Context(t), "", "k")
 		if want := cmp.Or(acct, "cfg"); err != nil || c.Account != want {
 			t.Errorf("Pick(k) = %v, %v; want account %s", c, err, want)
 		}
 	}
 	// A tenant's own.
 	mustAdd(t, s, Credential{ID: "own", Provider: "p", Secret: "secret-own", Owner: "t1", Account: "t1-org"})
-	if c, _, err := other.Pick(testCtx(t), "t1", "p"); err != nil || c.ID != "own" || c.Account != "t1-org" {
+	if c, _, err := other.Pick(testkit.Context(t), "t1", "p"); err != nil || c.ID != "own" || c.Account != "t1-org" {
 		t.Errorf("Pick(t1) = %v, %v; want own of t1-org", c, err)
 	}
-	if _, err := s.Add(testCtx(t), Credential{ID: "bad", Provider: "p", Secret: "x", Account: "a\nb"}); !errors.Is(err, ErrInvalid) {
+	if _, err := s.Add(testkit.Context(t), Credential{ID: "bad", Provider: "p", Secret: "x", Account: "a\nb"}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Add with a control character in the account = %v; want ErrInvalid", err)
 	}
 }
 
 func TestMemoryConformance(t *testing.T) {
 	runConformance(t, func(t *testing.T, redeemMin time.Duration) env {
-		clk := newFakeClock()
+		clk := testkit.NewClock(time.Now())
 		m := NewMemory(MemoryOptions{Now: clk.Now, RedeemMinBlocked: redeemMin})
 		return env{clk: clk, open: func() Store { return m }}
 	})

@@ -3,12 +3,14 @@ package credstore
 import (
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // The Redis store's local view takes a snapshot of Redis over its own
 // state, except what it wrote after the snapshot was read.
 func TestLocalViewReplace(t *testing.T) {
-	clk := newFakeClock()
+	clk := testkit.NewClock(time.Now())
 	m := NewMemory(MemoryOptions{Now: clk.Now})
 	m.noRedeem = true
 	cred := func(id string) memCred {
@@ -25,7 +27,7 @@ func TestLocalViewReplace(t *testing.T) {
 	snap := []memCred{cred("old"), cred("gone"), cred("other")}
 	m.replace("p", snap, since)
 	got := map[string]Info{}
-	infos, _ := m.List(testCtx(t), Filter{Provider: "p"})
+	infos, _ := m.List(testkit.Context(t), Filter{Provider: "p"})
 	for _, i := range infos {
 		got[i.ID] = i
 	}
@@ -36,7 +38,7 @@ func TestLocalViewReplace(t *testing.T) {
 	// A snapshot read after all that wins.
 	since = m.generation()
 	m.replace("p", []memCred{cred("other")}, since)
-	if infos, _ := m.List(testCtx(t), Filter{Provider: "p"}); ids(infos) != "other" {
+	if infos, _ := m.List(testkit.Context(t), Filter{Provider: "p"}); ids(infos) != "other" {
 		t.Errorf("after a newer snapshot: %s, want other", ids(infos))
 	}
 	if len(m.gone) != 0 {

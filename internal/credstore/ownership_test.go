@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Tenant-owned credentials: the part of the conformance suite about
@@ -31,7 +33,7 @@ func addOwn(t *testing.T, s Store, owner, providerName string, idList ...string)
 // told apart by its secret.
 func pickAs(t *testing.T, s Store, tenant, providerName string) string {
 	t.Helper()
-	c, ok, err := s.Pick(testCtx(t), tenant, providerName)
+	c, ok, err := s.Pick(testkit.Context(t), tenant, providerName)
 	if err != nil || !ok {
 		t.Fatalf("Pick(%q, %q) = %v, %t, %v; want a credential", tenant, providerName, c, ok, err)
 	}
@@ -59,7 +61,7 @@ func picksAs(t *testing.T, s Store, tenant, providerName string, n int) string {
 
 func limitedAs(t *testing.T, s Store, tenant, id string, window time.Duration) Switch {
 	t.Helper()
-	sw, err := s.UsageLimited(testCtx(t), tenant, "p", id, window, true, "usage limit reached for "+id)
+	sw, err := s.UsageLimited(testkit.Context(t), tenant, "p", id, window, true, "usage limit reached for "+id)
 	if err != nil {
 		t.Fatalf("UsageLimited(%q, %s) = %v", tenant, id, err)
 	}
@@ -69,7 +71,7 @@ func limitedAs(t *testing.T, s Store, tenant, id string, window time.Duration) S
 // listed is f's listing as owner/id pairs ("server" for the server's).
 func listed(t *testing.T, s Store, f Filter) string {
 	t.Helper()
-	infos, err := s.List(testCtx(t), f)
+	infos, err := s.List(testkit.Context(t), f)
 	if err != nil {
 		t.Fatalf("List(%+v) = %v", f, err)
 	}
@@ -87,7 +89,7 @@ func listed(t *testing.T, s Store, f Filter) string {
 // infoAs is owner's credential id as an admin's listing shows it.
 func infoAs(t *testing.T, s Store, owner, id string) Info {
 	t.Helper()
-	infos, err := s.List(testCtx(t), Filter{All: true})
+	infos, err := s.List(testkit.Context(t), Filter{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func runOwnership(t *testing.T, newEnv newEnvFunc) {
 		if got := picksAs(t, s, "", "p", 2); got != "server/s1 server/s2" {
 			t.Errorf("server-pool picks = %s; want the server's", got)
 		}
-		if c, ok, err := s.Pick(testCtx(t), "A", "q"); ok || err != nil {
+		if c, ok, err := s.Pick(testkit.Context(t), "A", "q"); ok || err != nil {
 			t.Errorf("Pick(A, q) = %v, %t, %v; want nothing (no credential of q)", c, ok, err)
 		}
 	})
@@ -209,7 +211,7 @@ func runOwnership(t *testing.T, newEnv newEnvFunc) {
 			t.Fatalf("UsageLimited(B, s2) = %+v; want no switch, a sibling (s1)", sw)
 		}
 		approx(t, "B's SiblingFreeIn", sw.SiblingFreeIn, 20*time.Minute)
-		_, ok, err := s.Pick(testCtx(t), "A", "p")
+		_, ok, err := s.Pick(testkit.Context(t), "A", "p")
 		var abe *AllBlockedError
 		if !ok || !errors.As(err, &abe) {
 			t.Fatalf("Pick(A) with all blocked = %t, %v; want an AllBlockedError", ok, err)
@@ -221,7 +223,7 @@ func runOwnership(t *testing.T, newEnv newEnvFunc) {
 		if got := picksAs(t, s, "A", "p", 2); got != "A/a1 A/a1" {
 			t.Errorf("A's picks after a1's block = %s; want a1", got)
 		}
-		if _, _, err := s.Pick(testCtx(t), "B", "p"); !errors.Is(err, ErrAllBlocked) {
+		if _, _, err := s.Pick(testkit.Context(t), "B", "p"); !errors.Is(err, ErrAllBlocked) {
 			t.Errorf("Pick(B) = %v; want ErrAllBlocked (A's a1 is not B's)", err)
 		}
 		// A limit on an own credential whose siblings are all blocked:
@@ -235,7 +237,7 @@ func runOwnership(t *testing.T, newEnv newEnvFunc) {
 
 	t.Run("IDNamespaces", func(t *testing.T) {
 		s := newEnv(t, 0).open()
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		addOwn(t, s, "", "p", "s1")
 		addOwn(t, s, "A", "p", "x", "a-only")
 		// B's "x" is not A's: no collision, no probe.
@@ -364,7 +366,7 @@ func runOwnership(t *testing.T, newEnv newEnvFunc) {
 		if got := listed(t, s2, Filter{All: true}); got != "p:server/s1 p:A/a1 p:A/a2" {
 			t.Errorf("the other instance lists %s", got)
 		}
-		if err := s2.Delete(testCtx(t), "A", "a2"); err != nil {
+		if err := s2.Delete(testkit.Context(t), "A", "a2"); err != nil {
 			t.Fatal(err)
 		}
 		if got := picksAs(t, s1, "A", "p", 1); got != "server/s1" {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // countHook counts the commands (round trips) a client sends for a
@@ -49,7 +50,7 @@ func TestRedisOwnedKeysAndRoundTrips(t *testing.T) {
 	c := newTestClient(t, srv.Addr())
 	hook := &countHook{}
 	c.AddHook(hook)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	s := newRedisStore(t, c, RedisOptions{KeyPrefix: "own:", SyncInterval: time.Minute})
 	addOwn(t, s, "", "p", "s1")
 	addOwn(t, s, "A", "p", "a1", "a2")
@@ -115,21 +116,21 @@ func TestRedisOwnedKeysAndRoundTrips(t *testing.T) {
 func TestRedisOwnersRestoredAfterDataLoss(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newTestClient(t, srv.Addr())
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	s := newRedisStore(t, c, RedisOptions{KeyPrefix: "oloss:", SyncInterval: 20 * time.Millisecond})
 	addOwn(t, s, "", "p", "s1")
 	addOwn(t, s, "A", "p", "a1", "a2")
 	addOwn(t, s, "B", "p", "a1")
 	limitedAs(t, s, "A", "a1", time.Hour)
 	// The local view knows every owner once a sync has read them.
-	waitFor(t, "the local view has every owner", func() bool {
+	testkit.Eventually(t, "the local view has every owner", func() bool {
 		infos, _ := s.local.List(ctx, Filter{All: true})
 		return ids(infos) == "s1,a1,a2,a1"
 	})
 	if err := c.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "restored", func() bool {
+	testkit.Eventually(t, "restored", func() bool {
 		return c.HLen(ctx, "oloss:{prov:p}:own:A:creds").Val() == 2 && c.HLen(ctx, "oloss:{prov:p}:own:B:creds").Val() == 1 &&
 			c.HExists(ctx, "oloss:{prov:p}:own:A:blocks", "a1").Val() && c.SCard(ctx, "oloss:{prov:p}:owners").Val() == 2 &&
 			// What another replica lists from: the providers and the
@@ -159,7 +160,7 @@ func TestRedisOwnersRestoredAfterDataLoss(t *testing.T) {
 // API credentials (every tenant's) cannot be added or deleted.
 func TestRedisOwnersInTheLocalView(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	opts := RedisOptions{KeyPrefix: "oout:", Timeout: 200 * time.Millisecond, SyncInterval: 20 * time.Millisecond}
 	s := newRedisStore(t, newTestClient(t, srv.Addr()), opts)
 	addOwn(t, s, "", "p", "s1")
@@ -167,7 +168,7 @@ func TestRedisOwnersInTheLocalView(t *testing.T) {
 	addOwn(t, s, "B", "p", "x")
 	// Another replica, whose view comes from its syncs alone.
 	s2 := newRedisStore(t, newTestClient(t, srv.Addr()), opts)
-	waitFor(t, "the other replica's view has every owner", func() bool {
+	testkit.Eventually(t, "the other replica's view has every owner", func() bool {
 		infos, _ := s2.local.List(ctx, Filter{All: true})
 		return ids(infos) == "s1,x,a2,x"
 	})
@@ -201,7 +202,7 @@ func TestRedisOwnersInTheLocalView(t *testing.T) {
 	}
 
 	srv.Start()
-	waitFor(t, "recovered", func() bool { return !s2.Degraded() })
+	testkit.Eventually(t, "recovered", func() bool { return !s2.Degraded() })
 	s3 := newRedisStore(t, newTestClient(t, srv.Addr()), opts)
 	if b, a := infoAs(t, s3, "B", "x"), infoAs(t, s3, "A", "x"); b.Status != StatusBlocked || a.Status != StatusAvailable {
 		t.Errorf("after the outage: B's x = %+v, A's x = %+v; want B's blocked, A's available", b, a)
@@ -219,7 +220,7 @@ func TestRedisOwnersInTheLocalView(t *testing.T) {
 func TestRedisSealedSecretsBoundToOwner(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newTestClient(t, srv.Addr())
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	key := []byte("0123456789abcdef0123456789abcdef")
 	s := newRedisStore(t, c, RedisOptions{KeyPrefix: "oseal:", SecretKey: key})
 	addOwn(t, s, "A", "p", "x")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 	"net"
 	"slices"
 	"strings"
@@ -25,38 +26,22 @@ func newRedisStore(t *testing.T, c redis.UniversalClient, opts RedisOptions) *Re
 	return s
 }
 
-// waitFor polls cond every 10ms for at most 5s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("after 5s: not %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // The conformance suite against one redis-server; each env has its own key
 // prefix, and time moves by shifting Redis' TIME (RedisOptions.offset).
 func TestRedisConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	var n atomic.Int32
 	runConformance(t, func(t *testing.T, redeemMin time.Duration) env {
-		clk := newFakeClock()
+		clk := testkit.NewClock(time.Now())
 		prefix := fmt.Sprintf("conf%d:", n.Add(1))
 		return env{clk: clk, open: func() Store {
 			c := redis.NewUniversalClient(ClientOptions(&redis.UniversalOptions{Addrs: []string{srv.Addr()}}, 2*time.Second))
 			t.Cleanup(func() { _ = c.Close() })
 			s := newRedisStore(t, c, RedisOptions{KeyPrefix: prefix, Timeout: 2 * time.Second,
-				SyncInterval: 50 * time.Millisecond, RedeemMinBlocked: redeemMin, offset: clk.offset})
+				SyncInterval: 50 * time.Millisecond, RedeemMinBlocked: redeemMin, offset: clk.Offset})
 			t.Cleanup(func() {
 				if s.Degraded() {
-					t.Errorf("the store became degraded: %v", s.Ready(testCtx(t)))
+					t.Errorf("the store became degraded: %v", s.Ready(testkit.Context(t)))
 				}
 			})
 			return s
@@ -69,7 +54,7 @@ func TestRedisConformance(t *testing.T) {
 func TestRedisKeysAndTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newTestClient(t, srv.Addr())
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	s := newRedisStore(t, c, RedisOptions{KeyPrefix: "ttl:"})
 	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a"})
 	mustAdd(t, s, Credential{ID: "b", Provider: "p", Secret: "secret-b"})
@@ -98,7 +83,7 @@ func TestRedisKeysAndTTL(t *testing.T) {
 		t.Errorf("creds[a] = %s; want the secret in clear (no secret key)", raw)
 	}
 
-	waitFor(t, "the blocks key expired", func() bool { return c.Exists(ctx, "ttl:{prov:p}:blocks").Val() == 0 })
+	testkit.Eventually(t, "the blocks key expired", func() bool { return c.Exists(ctx, "ttl:{prov:p}:blocks").Val() == 0 })
 	if i := infoOf(t, s, "p", "a"); i.Status != StatusAvailable {
 		t.Errorf("a after its block = %+v; want available", i)
 	}
@@ -116,7 +101,7 @@ func TestRedisKeysAndTTL(t *testing.T) {
 func TestRedisSealedSecrets(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newTestClient(t, srv.Addr())
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	key := []byte("0123456789abcdef0123456789abcdef")
 	s := newRedisStore(t, c, RedisOptions{KeyPrefix: "seal:", SecretKey: key})
 	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a"})
@@ -145,7 +130,7 @@ func TestRedisSealedSecrets(t *testing.T) {
 // degraded mode.
 func TestRedisKilledAndRestarted(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	opts := RedisOptions{KeyPrefix: "out:", Timeout: 200 * time.Millisecond, SyncInterval: 20 * time.Millisecond}
 	s := newRedisStore(t, newTestClient(t, srv.Addr()), opts)
 	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a", Source: SourceConfig})
@@ -185,7 +170,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	}
 
 	srv.Start()
-	waitFor(t, "recovered", func() bool { return !s.Degraded() })
+	testkit.Eventually(t, "recovered", func() bool { return !s.Degraded() })
 	if err := s.Ready(ctx); err != nil {
 		t.Errorf("Ready() after the restart = %v", err)
 	}
@@ -217,7 +202,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 // locally and written to Redis once it is up.
 func TestRedisDownAtStart(t *testing.T) {
 	srv := redistest.New(t)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	s := newRedisStore(t, newTestClient(t, srv.Addr()), RedisOptions{KeyPrefix: "down:", Timeout: 200 * time.Millisecond, SyncInterval: 20 * time.Millisecond})
 	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a", Source: SourceConfig})
 	mustAdd(t, s, Credential{ID: "b", Provider: "p", Secret: "secret-b", Source: SourceConfig})
@@ -233,7 +218,7 @@ func TestRedisDownAtStart(t *testing.T) {
 
 	srv.Start()
 	t.Cleanup(srv.Kill)
-	waitFor(t, "recovered", func() bool { return !s.Degraded() })
+	testkit.Eventually(t, "recovered", func() bool { return !s.Degraded() })
 	s2 := newRedisStore(t, newTestClient(t, srv.Addr()), RedisOptions{KeyPrefix: "down:"})
 	if a := infoOf(t, s2, "p", "a"); a.Status != StatusBlocked || !a.BlockEstimated {
 		t.Errorf("a in Redis = %+v; want blocked (estimated)", a)
@@ -252,7 +237,7 @@ func TestRedisDownAtStart(t *testing.T) {
 func TestRedisDataLoss(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newTestClient(t, srv.Addr())
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	s := newRedisStore(t, c, RedisOptions{KeyPrefix: "loss:", SyncInterval: 20 * time.Millisecond})
 	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a"})
 	mustAdd(t, s, Credential{ID: "b", Provider: "p", Secret: "secret-b", BankedResets: 2, Account: "org-b"})
@@ -263,7 +248,7 @@ func TestRedisDataLoss(t *testing.T) {
 	if id := pickID(t, s, "p"); id != "b" {
 		t.Errorf("Pick after FLUSHALL = %s, want b", id)
 	}
-	waitFor(t, "restored", func() bool {
+	testkit.Eventually(t, "restored", func() bool {
 		return c.HLen(ctx, "loss:{prov:p}:creds").Val() == 2 && c.HExists(ctx, "loss:{prov:p}:blocks", "a").Val() &&
 			c.SIsMember(ctx, "loss:providers", "p").Val()
 	})
@@ -306,7 +291,7 @@ func TestRedisUnresponsiveIsBounded(t *testing.T) {
 			_ = c.Close()
 		}
 	})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	s := newRedisStore(t, newTestClient(t, l.Addr().String()), RedisOptions{KeyPrefix: "hang:", Timeout: 150 * time.Millisecond, SyncInterval: 20 * time.Millisecond})
 	start := time.Now()
 	mustAdd(t, s, Credential{ID: "a", Provider: "p", Secret: "secret-a", Source: SourceConfig})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // No healing goroutine outlives its Conn, no client goroutine its test.
@@ -25,13 +26,6 @@ func TestMain(m *testing.M) {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
-
-func testCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func newConn(t *testing.T, o Options) *Conn {
 	t.Helper()
@@ -104,7 +98,7 @@ store:
 func TestProbeSingle(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newConn(t, Options{Addr: srv.Addr(), KeyPrefix: "t:"})
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.ContextFor(t, 10*time.Second)
 	if err := c.Writable(ctx); err != nil {
 		t.Fatalf("Writable = %v", err)
 	}
@@ -135,7 +129,7 @@ func TestProbeSingle(t *testing.T) {
 func TestProbeReplica(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.Start(t)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testkit.ContextFor(t, 10*time.Second)
 	mc := newConn(t, Options{Addr: replica.Addr()})
 	if err := mc.Client().ReplicaOf(ctx, "127.0.0.1", strings.TrimPrefix(master.Addr(), "127.0.0.1:")).Err(); err != nil {
 		t.Fatal(err)
@@ -152,7 +146,7 @@ func TestProbeReplica(t *testing.T) {
 // a master is killed and its replica promoted, and the probe says so.
 func TestClusterMasterKilled(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testkit.ContextFor(t, 60*time.Second)
 
 	single := newConn(t, Options{Addr: cl.Nodes[0].Addr(), KeyPrefix: "t:"})
 	err := single.Probe(ctx)
@@ -229,7 +223,7 @@ func TestClusterMasterKilled(t *testing.T) {
 // keeps.
 func TestSentinelReadOnlyLeavesReplica(t *testing.T) {
 	s := redistest.StartSentinel(t)
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testkit.ContextFor(t, 30*time.Second)
 	master, replica := s.Data[0].Addr(), s.Data[1].Addr()
 	var stale atomic.Bool
 	stale.Store(true)
@@ -306,7 +300,7 @@ func writesResume(ctx context.Context, t *testing.T, c *Conn, what string, since
 // without a restart and without a lasting READONLY.
 func TestSentinelFailover(t *testing.T) {
 	s := redistest.StartSentinel(t)
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testkit.ContextFor(t, 60*time.Second)
 	c := newConn(t, Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "t:"})
 	if err := c.Probe(ctx); err != nil {
 		t.Fatalf("Probe = %v", err)
@@ -328,7 +322,7 @@ func TestSentinelFailover(t *testing.T) {
 // killed; the probe fails while they cannot.
 func TestSentinelMasterKilled(t *testing.T) {
 	s := redistest.StartSentinel(t)
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testkit.ContextFor(t, 60*time.Second)
 	c := newConn(t, Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "t:"})
 	if err := c.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)

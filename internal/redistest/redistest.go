@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Server is a redis-server of the test's own, on a free loopback port. It
@@ -69,6 +71,14 @@ func New(t *testing.T) *Server {
 	})
 	t.Cleanup(s.Kill)
 	return s
+}
+
+// Client is a plain go-redis client of addr (a test's probe: to read or
+// plant keys behind agentd's back), closed when the test ends.
+func Client(t testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // Require skips the test when redis-server is not on PATH.

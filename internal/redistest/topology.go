@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 //lint:file-ignore SA1019 the helpers read the slot map as redisconn's probe does (CLUSTER SLOTS, which every supported Redis answers; CLUSTER SHARDS needs Redis 7)
@@ -32,23 +34,7 @@ const pollEvery = 50 * time.Millisecond
 // the test with cond's last error (or what) when ctx ends first.
 func Eventually(ctx context.Context, t testing.TB, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if ok {
-			return
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not so before the deadline (last error: %v)", what, last)
-		case <-tick.C:
-		}
-	}
+	testkit.EventuallyCtx(ctx, t, pollEvery, what, cond)
 }
 
 // awaitDialers registers a cleanup, to run after the test's others (its

@@ -8,6 +8,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // agentd against a fake speaking Azure OpenAI: a 429 with retry-after-ms:
@@ -32,7 +33,7 @@ providers:
 `, fake.URL))
 	fake.Enqueue(providertest.RawError(429, providertest.AzureRateLimit, "retry-after", "2", "retry-after-ms", "250"), providertest.Step{},
 		providertest.RawError(429, providertest.AzureRateLimit, "x-ms-retry-after-ms", "120"), providertest.Step{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "az/gpt-4o-prod"}))
 	for i, wantMs := range []int64{250, 120} {
 		evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))

@@ -8,6 +8,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // agentd on Azure OpenAI's Responses API with Entra ID: one client-
@@ -36,7 +37,7 @@ providers:
     credentials: [{id: sp, api_key_env: AGENTD_TEST_ENTRA}]
 `, fake.URL, tokens.URL))
 	fake.Enqueue(providertest.RawError(429, providertest.AzureRateLimit, "retry-after-ms", "150"), providertest.Step{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "az/gpt-5-prod"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	var starts []*agentdv1.AutoRetryStart

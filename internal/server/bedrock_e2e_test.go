@@ -13,6 +13,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Two AWS key pairs (the documentation's example shape): events, history
@@ -58,7 +59,7 @@ func TestBedrockThrottlingRetried(t *testing.T) {
 	fake, ts := startBedrock(t)
 	fake.Enqueue(providertest.Step{Kind: providertest.StepHTTPError, Status: 429, ErrorType: "ThrottlingException"},
 		providertest.Step{Answer: &providertest.Answer{Text: []string{"Hello", " from Bedrock"}}})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "aws/" + bedrockTestModel}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	checkNoBedrockKey(t, evs)
@@ -98,7 +99,7 @@ func TestBedrockDailyQuotaSwitchesCredential(t *testing.T) {
 	fake, ts := startBedrock(t)
 	fake.Enqueue(providertest.Step{Kind: providertest.StepHTTPError, Status: 429, ErrorType: "ThrottlingException", ErrorMessage: providertest.BedrockTooManyTokensDaily},
 		providertest.Step{Answer: &providertest.Answer{Text: []string{"from two"}}})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "aws/" + bedrockTestModel}))
 	before := time.Now()
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
@@ -169,7 +170,7 @@ func TestBedrockMidStreamExceptionNotReplayed(t *testing.T) {
 			fake, ts := startBedrock(t)
 			fake.Enqueue(providertest.Step{Kind: providertest.StepErrorEvent, ErrorType: exc, After: 1,
 				Answer: &providertest.Answer{Text: []string{"partial ", "answer"}}})
-			ctx := testCtx(t)
+			ctx := testkit.Context(t)
 			sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "aws/" + bedrockTestModel}))
 			evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 			checkNoBedrockKey(t, evs)
@@ -221,7 +222,7 @@ providers:
 		providertest.HTTPError(529))
 	fake.Enqueue(providertest.Step{Answer: &providertest.Answer{Text: []string{"done ", "on Bedrock"}}})
 
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	schema, _ := structpb.NewStruct(map[string]any{"type": "object"})
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "anth/claude-sonnet-4-5",
 		Tools: []*agentdv1.Tool{{Name: "lookup", InputSchema: schema}}}))
@@ -284,7 +285,7 @@ func TestBedrockToolLoop(t *testing.T) {
 	fake.Enqueue(providertest.Step{Answer: &providertest.Answer{Text: []string{"Let me look."},
 		Tools: []providertest.ToolCall{{ID: "tooluse_A1", Name: "lookup", Args: []string{`{"q":`, `"x"}`}}}}},
 		providertest.Step{Answer: &providertest.Answer{Text: []string{"It is ", "found."}}})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"q": map[string]any{"type": "string"}}})
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "aws/" + bedrockTestModel,
 		Tools: []*agentdv1.Tool{{Name: "lookup", Description: "looks things up", InputSchema: schema}}}))

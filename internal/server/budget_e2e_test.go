@@ -12,6 +12,7 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // budgetConfig is a provider that always answers 529 (a real Anthropic
@@ -34,7 +35,7 @@ providers:
 // storm prompts one new session per entry of servers at once and returns
 // the prompt_end of each.
 func storm(t *testing.T, servers []*testServer) []*agentdv1.PromptEnd {
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	ends := make([]*agentdv1.PromptEnd, len(servers))
 	// The sessions first (their creation is not the point), then every
 	// prompt at once.

@@ -18,6 +18,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Tokens of the credential tenancy tests: two tenants and an admin.
@@ -50,7 +51,7 @@ type credFace interface {
 type grpcFace struct{ ts *testServer }
 
 func asToken(t *testing.T, token string) context.Context {
-	return metadata.AppendToOutgoingContext(testCtx(t), "authorization", "Bearer "+token)
+	return metadata.AppendToOutgoingContext(testkit.Context(t), "authorization", "Bearer "+token)
 }
 
 func (f grpcFace) create(t *testing.T, token, id, secret string) (*agentdv1.Credential, codes.Code) {
@@ -81,7 +82,7 @@ type restFace struct{ ts *testServer }
 // for PERMISSION_DENIED, 404 for NOT_FOUND, 409 for ALREADY_EXISTS).
 func (f restFace) do(t *testing.T, token, method, path, body string) ([]byte, codes.Code) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(testCtx(t), method, f.ts.baseURL+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(testkit.Context(t), method, f.ts.baseURL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // A long backoff: the prompt sits in its retry chain until something ends
@@ -59,7 +60,7 @@ func checkCallerGone(t *testing.T, evs []*agentdv1.Event) {
 // prompt goes on.
 func TestCancelOnDisconnectOverGRPC(t *testing.T) {
 	ts := start(t, slowRetry)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for _, cancelOn := range []bool{true, false} {
 		sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 		sctx, cancel := context.WithCancel(ctx)
@@ -100,7 +101,7 @@ func TestCancelOnDisconnectOverGRPC(t *testing.T) {
 // start (no stream) refuses the field.
 func TestCancelOnDisconnectOverSSE(t *testing.T) {
 	ts := start(t, slowRetry)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
 	rctx, cancel := context.WithCancel(ctx)
 	resp := postJSON(t, rctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+failing+`","cancelOnDisconnect":true}`,

@@ -9,6 +9,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // agentd against a fake speaking the Gemini API: a 429 RESOURCE_EXHAUSTED
@@ -30,7 +31,7 @@ providers:
 `, fake.URL))
 	fake.Enqueue(providertest.RawError(429, providertest.GeminiRetryInfo("0.25s"), "Content-Type", "application/json; charset=UTF-8"),
 		providertest.HTTPError(503), providertest.Step{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "g/gemini-2.5-flash"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	var starts []*agentdv1.AutoRetryStart
@@ -76,7 +77,7 @@ providers:
     credentials: [{id: one, api_key: AIzaSyONE0123456789abcdefghijklm}, {id: two, api_key: AIzaSyTWO0123456789abcdefghijklm}]
 `, fake.URL))
 	fake.Enqueue(providertest.RawError(429, providertest.GeminiDailyQuota, "Content-Type", "application/json; charset=UTF-8"))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "g/gemini-2.5-pro"}))
 	before := time.Now()
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
@@ -133,7 +134,7 @@ providers:
     credentials: [{id: one, api_key: AIzaSyONE0123456789abcdefghijklm}]
 `, fake.URL))
 	fake.Enqueue(providertest.Step{Kind: providertest.StepErrorEvent, After: 1})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "g/gemini-2.5-flash"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	if got := compact(types(evs)); strings.Contains(got, "auto_retry") {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // A fallback across kinds, Anthropic → Gemini, in the middle of a tool
@@ -46,7 +47,7 @@ providers:
     models: [gemini-2.5-flash]
     credentials: [{id: g, api_key: %s}]
 `, fake.URL, e2eKeyOne, fake.URL, gemKey))
-	id := createREST(t, testCtx(t), ts.baseURL, thinkingSession, nil)
+	id := createREST(t, testkit.Context(t), ts.baseURL, thinkingSession, nil)
 	frames, raw := ssePrompt(t, ts, id, `{"text":"weather in Paris?"}`)
 	if outcome(frames) != "completed" {
 		t.Fatalf("outcome = %s", outcome(frames))

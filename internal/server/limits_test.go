@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // wantCode checks a gRPC error's code and its whole message.
@@ -31,7 +32,7 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, msg string)
 // changes; the other tenant is not concerned.
 func TestLimitsOverGRPCAndREST(t *testing.T) {
 	ts := start(t, webAuth+"limits: {max_sessions_per_tenant: 2, max_concurrent_prompts_per_tenant: 1, max_tools: 2, max_system_prompt_bytes: 64}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	asA := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+webTokenA)
 	asB := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+webTokenB)
 	create := func(ctx context.Context, req *agentdv1.CreateSessionRequest) (*agentdv1.Session, error) {

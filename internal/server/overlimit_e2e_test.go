@@ -7,6 +7,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // A request larger than the provider's rate limit, in each provider's
@@ -48,7 +49,7 @@ providers:
     credentials: [{id: one, api_key: sk-overlimit-one-0123456789}, {id: two, api_key: sk-overlimit-two-0123456789}]
 `, tc.kind, base))
 			fake.Enqueue(tc.step)
-			ctx := testCtx(t)
+			ctx := testkit.Context(t)
 			sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/" + tc.model}))
 			evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "a long prompt"})))
 			if got := compact(types(evs)); strings.Contains(got, "auto_retry") || strings.Contains(got, "credential_switched") || strings.Contains(got, "context_overflow") {

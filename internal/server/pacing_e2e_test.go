@@ -9,6 +9,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 func header(kv ...string) http.Header {
@@ -61,7 +62,7 @@ func TestPacingFromRateLimitHeaders(t *testing.T) {
     credentials: [{id: one, api_key: sk-pace-one-0123456789}, {id: two, api_key: sk-pace-two-0123456789}]
 `, tc.kind, base, pacing))
 				fake.Enqueue(providertest.Step{Headers: header(tc.headers...)})
-				ctx := testCtx(t)
+				ctx := testkit.Context(t)
 				sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/" + tc.model}))
 				for i := range 3 {
 					evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: fmt.Sprintf("prompt %d", i)})))
@@ -111,7 +112,7 @@ func TestPacingWaitsWithoutASibling(t *testing.T) {
     credentials: [{id: only, api_key: sk-pace-only-0123456789}]
 `, fake.URL))
 	fake.Enqueue(providertest.Step{Headers: header("x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "300ms")})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/gpt-4o"}))
 	collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "first"})))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "second"})))

@@ -8,6 +8,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // agentd pointed at a local server speaking each provider's real wire
@@ -37,7 +38,7 @@ providers:
     credentials: [{id: main, api_key_env: AGENTD_TEST_PROVIDER_KEY}]
 `, tc.kind, base))
 			fake.Enqueue(providertest.HTTPError(529), providertest.HTTPError(429, "retry-after", "1"), providertest.Step{})
-			ctx := testCtx(t)
+			ctx := testkit.Context(t)
 			sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/" + tc.model}))
 			evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 

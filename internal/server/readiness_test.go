@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // get returns a GET's status and body, and how long it took.
@@ -75,7 +76,7 @@ func TestReadyzDegradedCredentialsStayReady(t *testing.T) {
 		"~agentd:probe:*", "~agentd:{ses_*", "~agentd:sessions:*", "~agentd:tenant:*", "~agentd:replica:*", "&*", "+@all")
 	t.Setenv("T_REDIS_PASSWORD", "pw-of-redis")
 	ts := start(t, fmt.Sprintf("store: {backend: redis, redis: {addr: %s, password_env: T_REDIS_PASSWORD}}\n", srv.Addr()))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	body := waitReady(ctx, t, ts, 200)
 	redistest.Eventually(ctx, t, "/readyz says degraded", func(context.Context) (bool, error) {
 		_, body, _ = get(t, ts.baseURL+"/readyz")
@@ -95,7 +96,7 @@ func TestReadyzSentinelMasterKilled(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	ts := start(t, fmt.Sprintf("store: {backend: redis, redis: {addrs: [%s], master_name: %s}}\n",
 		strings.Join(s.Addrs(), ", "), redistest.MasterName))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	waitReady(ctx, t, ts, 200)
 	old, err := s.Master(ctx)
 	if err != nil {
@@ -122,7 +123,7 @@ func TestReadyzSentinelMasterKilled(t *testing.T) {
 // 200, 503 while a master is dead, 200 once its replica took over.
 func TestReadyzCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	single := start(t, fmt.Sprintf("store: {backend: redis, redis: {addr: %s}}\n", cl.Nodes[0].Addr()))
 	code, body, _ := get(t, single.baseURL+"/readyz")

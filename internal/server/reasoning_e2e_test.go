@@ -17,6 +17,7 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Model parameters, thinking and reasoning state end to end: agentd from a
@@ -133,7 +134,7 @@ func e2eAccepted(t *testing.T, reqs []providertest.Request, except ...int) {
 // and the raw stream.
 func ssePrompt(t *testing.T, ts *testServer, id, body string) ([]sseFrame, string) {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", body, http.Header{"Accept": {"text/event-stream"}})
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
@@ -217,7 +218,7 @@ func TestThinkingToolLoopOverREST(t *testing.T) {
 	})
 	defer fake.Close()
 	ts := start(t, reasoningConfig(fake, "acme", "acme"))
-	id := createREST(t, testCtx(t), ts.baseURL, thinkingSession, nil)
+	id := createREST(t, testkit.Context(t), ts.baseURL, thinkingSession, nil)
 	frames, raw := ssePrompt(t, ts, id, `{"text":"weather in Paris?"}`)
 	if outcome(frames) != "completed" {
 		t.Fatalf("outcome = %s", outcome(frames))
@@ -256,7 +257,7 @@ func TestThinkingToolLoopOverREST(t *testing.T) {
 		t.Errorf("messages lack the thinking: %s", msgs)
 	}
 	// The events again, from the start (the replay: up to the prompt_end).
-	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodGet, ts.baseURL+"/v1/sessions/"+id+"/events?afterSeq=0", nil)
+	req, _ := http.NewRequestWithContext(testkit.Context(t), http.MethodGet, ts.baseURL+"/v1/sessions/"+id+"/events?afterSeq=0", nil)
 	req.Header.Set("Accept", "text/event-stream")
 	eresp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -286,7 +287,7 @@ func TestRotationToAnotherAccountOverREST(t *testing.T) {
 	})
 	defer fake.Close()
 	ts := start(t, reasoningConfig(fake, "alpha", "beta"))
-	id := createREST(t, testCtx(t), ts.baseURL, thinkingSession, nil)
+	id := createREST(t, testkit.Context(t), ts.baseURL, thinkingSession, nil)
 	frames, _ := ssePrompt(t, ts, id, `{"text":"weather in Paris?"}`)
 	if outcome(frames) != "completed" {
 		t.Fatalf("outcome = %s", outcome(frames))
@@ -319,9 +320,9 @@ func TestFallbackAndRevertWithThinkingOverREST(t *testing.T) {
 		},
 	})
 	defer fake.Close()
-	clock := &fakeClock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
 	ts := start(t, reasoningConfig(fake, "acme", "acme"), app.WithClock(clock.Now))
-	id := createREST(t, testCtx(t), ts.baseURL, thinkingSession, nil)
+	id := createREST(t, testkit.Context(t), ts.baseURL, thinkingSession, nil)
 	frames, _ := ssePrompt(t, ts, id, `{"text":"weather in Paris?"}`)
 	if outcome(frames) != "completed" {
 		t.Fatalf("outcome = %s", outcome(frames))
@@ -378,7 +379,7 @@ func TestRefusedSignatureOverREST(t *testing.T) {
 	defer fake.Close()
 	ts := start(t, reasoningConfig(fake, "acme", "acme"))
 	body := strings.Replace(thinkingSession, `"params"`, `"retry":{"maxRetries":0},"params"`, 1)
-	id := createREST(t, testCtx(t), ts.baseURL, body, nil)
+	id := createREST(t, testkit.Context(t), ts.baseURL, body, nil)
 	frames, _ := ssePrompt(t, ts, id, `{"text":"weather in Paris?"}`)
 	if outcome(frames) != "completed" {
 		t.Fatalf("outcome = %s", outcome(frames))
@@ -407,7 +408,7 @@ func TestModelParamsOverGRPCAndREST(t *testing.T) {
 	fake := providertest.NewServer(providertest.Options{})
 	defer fake.Close()
 	ts := start(t, reasoningConfig(fake, "acme", "acme"))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	f := func(v float64) *float64 { return &v }
 	i := func(v int32) *int32 { return &v }
 	budget := func(n int32) *agentdv1.ThinkingParams {
@@ -537,7 +538,7 @@ func TestCredentialAccountOverREST(t *testing.T) {
 	fake := providertest.NewServer(providertest.Options{})
 	defer fake.Close()
 	ts := start(t, reasoningConfig(fake, "acme", "acme"))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for _, tc := range []struct{ body string }{
 		{`{"provider":"anth","id":"three","secret":"sk-three","account":"org-3"}`},
 		{`{"provider":"anth","id":"four","secret":"sk-four"}`},

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // redisRoundTripsBy reads agentd_redis_round_trips_total off /metrics:
@@ -83,7 +83,7 @@ providers:
     base_url: %s
     credentials: [{id: main, api_key_env: AGENTD_TEST_RT_KEY}]
 `, rs.Addr(), fake.URL))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/claude-sonnet-4-5"})
 	if err != nil {
 		t.Fatal(err)
@@ -148,13 +148,12 @@ providers:
     base_url: %s
     credentials: [{id: main, api_key_env: AGENTD_TEST_RT_KEY}]
 `, rs.Addr(), fake.URL))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/claude-sonnet-4-5"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	t.Cleanup(func() { rc.Close() })
+	rc := redistest.Client(t, rs.Addr())
 	for i := range 3 {
 		if err := rc.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -184,7 +183,7 @@ func TestPromptStreamEndsWhenTheLeaseIsLost(t *testing.T) {
   redis: {addr: %q, key_prefix: "rt:"}
 providers: [{name: sim, kind: simulated, token_delay_ms: 10}]
 `, rs.Addr()))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -201,8 +200,7 @@ providers: [{name: sim, kind: simulated, token_delay_ms: 10}]
 		}
 		got = append(got, e)
 	}
-	rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
-	t.Cleanup(func() { rc.Close() })
+	rc := redistest.Client(t, rs.Addr())
 	if err := rc.Set(ctx, "rt:{"+sess.GetId()+"}:lease", "rep_other", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

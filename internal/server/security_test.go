@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Regression tests of the hostile-tenant and unlucky-operator findings:
@@ -70,7 +71,7 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // buffers hold.
 func TestUnauthenticatedBodyIsNotRead(t *testing.T) {
 	ts := start(t, webAuth)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for _, path := range []string{"/v1/credentials", "/v1/sessions", "/v1/sessions/ses_aaaaaaaaaaaaaaaaaaaaaaaaaa:prompt"} {
 		body := &countingBody{limit: 100 << 20}
 		req, _ := http.NewRequestWithContext(ctx, "POST", ts.baseURL+path, body)
@@ -132,7 +133,7 @@ func procStatus(t *testing.T, field string) int64 {
 // measured, not the end: a body buffered then freed counts.
 func TestParallelHugeUploadsKeepMemoryBounded(t *testing.T) {
 	ts := start(t, webAuth)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	runtime.GC()
 	debug.FreeOSMemory()
 	before := rssBytes(t)
@@ -181,7 +182,7 @@ func TestParallelHugeUploadsKeepMemoryBounded(t *testing.T) {
 // or not; over gRPC it is RESOURCE_EXHAUSTED. Nothing changes.
 func TestRequestOverTheLimit(t *testing.T) {
 	ts := start(t, webAuth+"limits: {max_request_bytes: 65536}\nsessions: {max_prompt_bytes: 65536}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := webSession(t, ctx, ts.baseURL, webTokenA)
 	big := `{"text":"` + strings.Repeat("x", 70000) + `"}`
 	for _, chunked := range []bool{false, true} {
@@ -226,7 +227,7 @@ func TestRequestOverTheLimit(t *testing.T) {
 // message over the limit without a token is UNAUTHENTICATED.
 func TestGRPCUnauthenticatedBeforeRead(t *testing.T) {
 	ts := start(t, webAuth+"limits: {max_request_bytes: 65536}\nsessions: {max_prompt_bytes: 65536}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	_, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo", SystemPrompt: strings.Repeat("z", 1<<20)})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("no token, big message: %v, want UNAUTHENTICATED", err)
@@ -249,7 +250,7 @@ func TestGRPCUnauthenticatedBeforeRead(t *testing.T) {
 // (it once held a handler for 70 s).
 func TestSlowBodyTimesOut(t *testing.T) {
 	ts := start(t, webAuth+"limits: {body_timeout_ms: 200}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.baseURL+"/v1/sessions", pr)
@@ -273,7 +274,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 // together hold everything.
 func TestBigHistoriesAndListingsArePaged(t *testing.T) {
 	ts := start(t, webAuth+"limits: {max_system_prompt_bytes: 1100000}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := webSession(t, ctx, ts.baseURL, webTokenA)
 	mb := strings.Repeat("m", 1_000_000)
 	for range 5 {
@@ -338,7 +339,7 @@ func promptSSE(t *testing.T, ctx context.Context, base, id, token, body string) 
 // refused.
 func TestPageTokensAreOpaqueAndTenantBound(t *testing.T) {
 	ts := start(t, webAuth)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for range 3 {
 		webSession(t, ctx, ts.baseURL, webTokenA)
 	}
@@ -390,7 +391,7 @@ func TestPageTokensAreOpaqueAndTenantBound(t *testing.T) {
 // gRPC.
 func TestBearerSchemeAnyCase(t *testing.T) {
 	ts := start(t, webAuth)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for _, scheme := range []string{"bearer", "BEARER", "Bearer"} {
 		resp := webReq(t, ctx, "GET", ts.baseURL+"/v1/sessions", "", "", http.Header{"Authorization": {scheme + " " + webTokenA}})
 		if resp.StatusCode != 200 {
@@ -409,7 +410,7 @@ func TestBearerSchemeAnyCase(t *testing.T) {
 // A huge invalid id is not echoed whole.
 func TestHugeInvalidInputIsNotEchoed(t *testing.T) {
 	ts := start(t, webAuth)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	huge := strings.Repeat("A", 100_000)
 	for _, c := range []struct{ method, path, body string }{
 		{"GET", "/v1/sessions/" + huge, ""},
@@ -434,7 +435,7 @@ func TestHugeInvalidInputIsNotEchoed(t *testing.T) {
 // and configured origins still work.
 func TestLocalModeBrowserGuards(t *testing.T) {
 	ts := start(t, "http: {cors: {allowed_origins: [\"http://app.example:3000\"]}, allowed_hosts: [agentd.internal]}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	creds := func() int {
 		out := webJSON(t, ctx, "GET", ts.baseURL+"/v1/credentials", "", "", nil, 200)
 		list, _ := out["credentials"].([]any)
@@ -504,7 +505,7 @@ func TestLocalModeBrowserGuards(t *testing.T) {
 // metrics.listen moves /metrics off the public port.
 func TestMetricsOnTheirOwnListener(t *testing.T) {
 	ts := start(t, "metrics: {listen: 127.0.0.1:0}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	resp := webReq(t, ctx, "GET", ts.baseURL+"/metrics", "", "", nil)
 	resp.Body.Close()
 	if resp.StatusCode != 404 {

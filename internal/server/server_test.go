@@ -16,19 +16,20 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/agentdtest"
 	"github.com/agentd/agentd/internal/app"
-	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/server"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
-const testTimeout = 60 * time.Second
+// testTimeout bounds a test's waits (testkit.Timeout).
+const testTimeout = testkit.Timeout
 
 type testServer struct {
 	app     *app.App
@@ -40,45 +41,12 @@ type testServer struct {
 }
 
 // start runs agentd on loopback ports with the given YAML configuration
-// (listen addresses are set to port 0).
+// (agentdtest.Start: the listen addresses are set to port 0).
 func start(t testing.TB, yaml string, opts ...app.Option) *testServer {
 	t.Helper()
-	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
-	if err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	a, err := app.New(cfg, nil, opts...)
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	srv := a.Server()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(testTimeout):
-			t.Errorf("server did not stop")
-		}
-	})
-	return &testServer{app: a, srv: srv, conn: conn, agent: agentdv1.NewAgentServiceClient(conn),
-		creds: agentdv1.NewCredentialServiceClient(conn), baseURL: "http://" + srv.HTTPAddr()}
-}
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
+	a := agentdtest.Start(t, yaml, agentdtest.WithApp(opts...))
+	return &testServer{app: a.App, srv: a.Server, conn: a.Conn, agent: a.Agent,
+		creds: a.Creds, baseURL: a.BaseURL}
 }
 
 // collect reads a prompt stream to its end.
@@ -128,7 +96,7 @@ func checkSeq(t *testing.T, evs []*agentdv1.Event, first uint64) {
 
 func TestGRPCCreatePromptHistory(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -211,40 +179,15 @@ type sseFrame struct {
 	data      map[string]any
 }
 
-// readSSE reads frames until stop returns true or the body ends.
+// readSSE reads frames until stop returns true or the body ends
+// (agentdtest.ReadFrames).
 func readSSE(t *testing.T, body io.Reader, stop func(sseFrame) bool) []sseFrame {
 	t.Helper()
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var frames []sseFrame
-	var cur sseFrame
-	var data strings.Builder
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.event == "" && data.Len() == 0 {
-				continue
-			}
-			if err := json.Unmarshal([]byte(data.String()), &cur.data); err != nil {
-				t.Fatalf("frame data %q: %v", data.String(), err)
-			}
-			frames = append(frames, cur)
-			if stop(cur) {
-				return frames
-			}
-			cur, data = sseFrame{}, strings.Builder{}
-		case strings.HasPrefix(line, "id: "):
-			cur.id = strings.TrimPrefix(line, "id: ")
-		case strings.HasPrefix(line, "event: "):
-			cur.event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data.WriteString(strings.TrimPrefix(line, "data: "))
-		case strings.HasPrefix(line, ":"):
-		default:
-			t.Fatalf("unexpected SSE line %q", line)
-		}
-	}
+	agentdtest.ReadFrames(t, body, func(f agentdtest.Frame) bool {
+		frames = append(frames, sseFrame{id: f.ID, event: f.Event, data: f.Data})
+		return stop(frames[len(frames)-1])
+	})
 	return frames
 }
 
@@ -284,7 +227,7 @@ func createREST(t *testing.T, ctx context.Context, base, body string, header htt
 
 func TestRESTPromptSSEAndResume(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo","systemPrompt":"be brief"}`, nil)
 
 	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"one two three"}`,
@@ -373,7 +316,7 @@ func TestRESTPromptSSEAndResume(t *testing.T) {
 
 func TestRESTErrorsMapToHTTPStatus(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for _, tc := range []struct {
 		name, method, path, body string
 		want                     int
@@ -403,7 +346,7 @@ func TestRESTErrorsMapToHTTPStatus(t *testing.T) {
 
 func TestBadInputGRPC(t *testing.T) {
 	ts := start(t, "sessions: {max_prompt_bytes: 64}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
 	if err != nil {
 		t.Fatal(err)
@@ -531,7 +474,7 @@ func promptErr(ctx context.Context, ts *testServer, id, text string) error {
 
 func TestBusyAbortDelete(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "wait [[faults: hang]]"}))
 	// Wait until the model call is in flight.
@@ -595,7 +538,7 @@ func TestTenantIsolation(t *testing.T) {
     - {token: "token-of-team-a-0123456789", tenant: team-a}
     - {token: "token-of-team-b-0123456789", tenant: team-b}
 `)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	asA := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer token-of-team-a-0123456789")
 	asB := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer token-of-team-b-0123456789")
 
@@ -655,7 +598,7 @@ func TestTenantIsolation(t *testing.T) {
 
 func TestManySessionsPromptAtOnce(t *testing.T) {
 	ts := start(t, "providers: [{name: sim, kind: simulated, token_delay_ms: 1}]\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	const n = 200
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -722,7 +665,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 
 func TestStopEndsStreamsWithFinalEvent(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "[[faults: hang]]"}))
 	if _, err := stream.Recv(); err != nil {
@@ -749,7 +692,7 @@ func TestStopEndsStreamsWithFinalEvent(t *testing.T) {
 
 func TestRESTRetryChainOverSSE(t *testing.T) {
 	ts := start(t, "retry: {base_delay_ms: 20}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
 	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"hi [[faults: 529,503,ok]]"}`,
 		http.Header{"Accept": {"text/event-stream"}})
@@ -799,7 +742,7 @@ func TestRESTRetryChainOverSSE(t *testing.T) {
 
 func TestRetryControlsOverGRPC(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	id := sess.GetId()
 	stream := must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: id, Text: "[[faults: 429:retry-after=60,ok]]"}))
@@ -863,28 +806,10 @@ func TestRetryControlsOverGRPC(t *testing.T) {
 	}
 }
 
-// fakeClock is the server's clock of time that becomes data (cooldowns).
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func TestRESTFallbackAndRevert(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := createREST(t, ctx, ts.baseURL, `{"model":"sim/echo"}`, nil)
 	sse := func(text string) []sseFrame {
 		resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+text+`"}`, http.Header{"Accept": {"text/event-stream"}})
@@ -939,7 +864,7 @@ func TestRESTFallbackAndRevert(t *testing.T) {
 
 func TestToolLoopOverGRPC(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	schema, _ := structpb.NewStruct(map[string]any{"type": "object", "properties": map[string]any{"text": map[string]any{"type": "string"}}})
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo",
 		Tools: []*agentdv1.Tool{{Name: "lookup", Description: "looks things up", InputSchema: schema}}}))
@@ -995,7 +920,7 @@ func TestToolLoopOverGRPC(t *testing.T) {
 
 func TestToolLoopOverREST(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	// A bad schema is refused at creation.
 	resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions", `{"model":"sim/echo","tools":[{"name":"x","inputSchema":{"type":"string"}}]}`, nil)
 	b, _ := io.ReadAll(resp.Body)
@@ -1042,7 +967,7 @@ func TestToolLoopOverREST(t *testing.T) {
 
 func TestMetricsAfterRetryChain(t *testing.T) {
 	ts := start(t, "retry: {base_delay_ms: 10}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "[[faults: 529,503,ok]]"})))
 	if evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
@@ -1100,9 +1025,9 @@ func TestMetricsAfterRetryChain(t *testing.T) {
 // starts on the fallback (model_change, reason cooldown) and goes back to
 // the primary once the cooldown has expired.
 func TestRESTNewSessionStartsOffACoolingModel(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	ts := start(t, "retry: {fallback_chains: {default: [sim/backup]}}\n", app.WithClock(clock.Now))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sse := func(id, text string) []sseFrame {
 		resp := postJSON(t, ctx, ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+text+`"}`, http.Header{"Accept": {"text/event-stream"}})
 		defer resp.Body.Close()

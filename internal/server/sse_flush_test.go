@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // A burst of ready events goes out in one flush, not one per event: a
@@ -18,7 +20,7 @@ import (
 // syscall) per event. Each chunk boundary on the wire is a flush.
 func TestSSEBurstIsFlushedOnce(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := webSession(t, ctx, ts.baseURL, "")
 	promptSSE(t, ctx, ts.baseURL, id, "", `{"text":"one two three four five six seven eight"}`)
 

@@ -25,9 +25,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
-	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/telemetry"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // The native SSE routes answer as the gateway did: each case is sent twice to
@@ -54,10 +54,6 @@ func startSSE(t testing.TB, yaml string, opts ...Option) *sseTestServer {
 // says (nil: as configured).
 func startSSETraced(t testing.TB, yaml string, tr *telemetry.Tracing, opts ...Option) *sseTestServer {
 	t.Helper()
-	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts := &sseTestServer{}
 	opts = append([]Option{withViaGateway(func(r *http.Request) bool {
 		if r.Header.Get(viaHeader) == "gateway" {
@@ -66,20 +62,8 @@ func startSSETraced(t testing.TB, yaml string, tr *telemetry.Tracing, opts ...Op
 		ts.native.Add(1)
 		return false
 	})}, opts...)
-	a, err := newTestApp(cfg, nil, tr, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startTestApp(t, yaml, nil, tr, opts...)
 	srv := a.Server()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
 	ts.app, ts.srv, ts.addr, ts.base = a, srv, srv.HTTPAddr(), "http://"+srv.HTTPAddr()
 	return ts
 }
@@ -258,13 +242,11 @@ func (ts *sseTestServer) session(t testing.TB, token, text string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Not read: with a small event_buffer the prompt outruns a reader.
 		sub.Close()
-		for deadline := time.Now().Add(20 * time.Second); ts.do(t, "GET", "/v1/sessions/"+id, "", token)["status"] != "idle"; {
-			if time.Now().After(deadline) {
-				t.Fatal("the prompt did not end")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testkit.Eventually(t, "the prompt ended", func() bool {
+			return ts.do(t, "GET", "/v1/sessions/"+id, "", token)["status"] == "idle"
+		})
 	}
 	return id
 }
@@ -781,11 +763,12 @@ func (ts *sseTestServer) waitReaders(t testing.TB, tenant, id string, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); sess.Subscribers() < n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d readers of %s, want %d", sess.Subscribers(), id, n)
+	testkit.EventuallyErr(t, "the session's readers subscribed", func() error {
+		if got := sess.Subscribers(); got < n {
+			return fmt.Errorf("%d readers of %s, want %d", got, id, n)
 		}
-	}
+		return nil
+	})
 }
 
 // sameEnd opens one stream through via and ends it with end.
@@ -816,26 +799,23 @@ func TestNativeSSEGoroutines(t *testing.T) {
 	for _, c := range conns {
 		c.until(": ping\n\n\r\n8\r\n: ping\n\n") // pings after the replay, and between
 	}
-	// The fewest over a few samples: timers' callbacks and other tests'
-	// ending goroutines come and go. A goroutine per stream more would make
-	// it 3n at least (the gateway's path took 5n).
-	d := 1 << 30
-	for range 20 {
-		d = min(d, runtime.NumGoroutine()-base)
-		time.Sleep(5 * time.Millisecond)
-	}
-	if d > 2*n+n/2 {
-		t.Fatalf("%d goroutines for %d streams", d, n)
-	}
+	// Timers' callbacks and other tests' ending goroutines come and go, so
+	// the count must fall within the bound at some point, not at once. A
+	// goroutine per stream more would keep it at 3n at least (the
+	// gateway's path took 5n), and the wait would fail.
+	testkit.EventuallyErr(t, "two goroutines a stream", func() error {
+		if d := runtime.NumGoroutine() - base; d > 2*n+n/2 {
+			return fmt.Errorf("%d goroutines for %d streams", d, n)
+		}
+		return nil
+	})
 	for _, c := range conns {
 		c.conn.Close()
 	}
 	for i, id := range ids {
 		sess, _ := ts.srv.Sessions().Get(context.Background(), LocalTenant, id)
-		for deadline := time.Now().Add(10 * time.Second); sess.Subscribers() > 0; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("stream %d still reads after its client went away", i)
-			}
-		}
+		testkit.Eventually(t, fmt.Sprintf("stream %d ended after its client went away", i), func() bool {
+			return sess.Subscribers() == 0
+		})
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
-	"github.com/agentd/agentd/internal/config"
 )
 
 func TestTicketAuthority(t *testing.T) {
@@ -118,29 +117,13 @@ type webTestServer struct {
 
 func startInternal(t *testing.T, yaml string, log *slog.Logger) *webTestServer {
 	t.Helper()
-	cfg, err := config.Parse(strings.NewReader("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n" + yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := newTestApp(cfg, log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startTestApp(t, yaml, log, nil)
 	srv := a.Server()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
 	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	t.Cleanup(func() { conn.Close() })
 	return &webTestServer{app: a, srv: srv, conn: conn, base: "http://" + srv.HTTPAddr()}
 }
 

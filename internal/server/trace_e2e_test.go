@@ -14,6 +14,7 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/telemetry/otlptest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // With telemetry.otlp.endpoint, a prompt's spans go to the collector in
@@ -28,7 +29,7 @@ providers:
     kind: simulated
     credentials: [{id: k1, api_key: sk-e2e-trace-SECRET-abcdef}]
 `, coll.Addr()))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	const grpcTrace, restTrace = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
 
 	// gRPC: traceparent in the metadata.

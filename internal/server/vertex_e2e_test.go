@@ -8,6 +8,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // vertexFakes are a token endpoint and a Gemini fake that takes only the
@@ -62,7 +63,7 @@ func TestVertexRetryInfoEndToEnd(t *testing.T) {
 	ts := start(t, vertexConfig(t, tokens, api, "proj-one"))
 	api.Enqueue(providertest.RawError(429, providertest.GeminiRetryInfo("0.25s"), "Content-Type", "application/json; charset=UTF-8"),
 		providertest.HTTPError(503), providertest.Step{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "vx/gemini-2.5-flash"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	noSecrets(t, evs)
@@ -98,7 +99,7 @@ func TestVertexDailyQuotaSwitchesKeyEndToEnd(t *testing.T) {
 	tokens, api := vertexFakes(t, &providertest.Answer{Text: []string{"from ", "the sibling"}})
 	ts := start(t, vertexConfig(t, tokens, api, "proj-one", "proj-two"))
 	api.Enqueue(providertest.RawError(429, providertest.GeminiDailyQuota, "Content-Type", "application/json; charset=UTF-8"))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "vx/gemini-2.5-pro"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	noSecrets(t, evs)
@@ -133,7 +134,7 @@ func TestVertexTokenFailuresEndToEnd(t *testing.T) {
 	tokens, api := vertexFakes(t, &providertest.Answer{Text: []string{"ok"}})
 	ts := start(t, vertexConfig(t, tokens, api, "proj-one"))
 	tokens.Enqueue(providertest.TokenStep{Status: 503, Body: providertest.GoogleBackendError})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "vx/gemini-2.5-flash"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	noSecrets(t, evs)
@@ -179,7 +180,7 @@ func TestVertexMidStreamErrorAfterContentEndToEnd(t *testing.T) {
 	tokens, api := vertexFakes(t, &providertest.Answer{Text: []string{"Hel", "lo"}})
 	ts := start(t, vertexConfig(t, tokens, api, "proj-one"))
 	api.Enqueue(providertest.Step{Kind: providertest.StepErrorEvent, After: 1})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "vx/gemini-2.5-flash"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	if got := compact(types(evs)); strings.Contains(got, "auto_retry") || evs[len(evs)-1].GetPromptEnd().GetOutcome() != "failed" {
@@ -220,7 +221,7 @@ providers:
     models: [gemini-2.5-flash]
     credentials: [{id: sa, api_key_env: AGENTD_TEST_VERTEX_KEY}]
 `, fake.URL, e2eKeyOne, fake.URL, tokens.TokenURL()))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	sess := must(ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "anth/claude-sonnet-4-5"}))
 	evs := collect(t, must(ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hi"})))
 	var fb *agentdv1.RetryFallbackApplied

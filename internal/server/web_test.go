@@ -20,6 +20,7 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 const (
@@ -186,7 +187,7 @@ func preflight(t *testing.T, ctx context.Context, u, origin, method, headers str
 func TestCORS(t *testing.T) {
 	const app = "http://app.example:3000"
 	ts := start(t, webAuth+"http: {cors: {allowed_origins: ['"+app+"', 'HTTPS://Admin.Example:443']}}\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	// Preflights need no token and are answered for every REST route.
 	for _, r := range restRoutes {
@@ -360,7 +361,7 @@ func wantStatus(t *testing.T, resp *http.Response, code int, grpcCode codes.Code
 func TestStreamTickets(t *testing.T) {
 	clock := &webClock{t: time.Now()}
 	ts := start(t, webAuth, app.WithClock(clock.Now))
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	idA := webSession(t, ctx, ts.baseURL, webTokenA)
 	idA2 := webSession(t, ctx, ts.baseURL, webTokenA)
 	idB := webSession(t, ctx, ts.baseURL, webTokenB)
@@ -499,7 +500,7 @@ func TestStreamTicketSharedKey(t *testing.T) {
 	t.Setenv("WEB_TEST_TICKET_KEY", "0123456789abcdef0123456789abcdef")
 	shared := "http: {ticket_key_env: WEB_TEST_TICKET_KEY}\n"
 	r1, r2, r3 := start(t, shared), start(t, shared), start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	// The same session id on each replica (as with a shared session store).
 	id := webSession(t, ctx, r1.baseURL, "")
 	ticket, _ := ticketFor(t, ctx, r1.baseURL, id, "")
@@ -518,7 +519,7 @@ func TestStreamTicketSharedKey(t *testing.T) {
 
 func TestPromptStartWithoutStreaming(t *testing.T) {
 	ts := start(t, webAuth)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := webSession(t, ctx, ts.baseURL, webTokenA)
 	prompt := ts.baseURL + "/v1/sessions/" + id + ":prompt"
 	jsonAccept := http.Header{"Accept": {"application/json"}}
@@ -584,7 +585,7 @@ func TestPromptStartWithoutStreaming(t *testing.T) {
 
 func TestSSEHeartbeat(t *testing.T) {
 	ts := start(t, "http: {sse_heartbeat_ms: 40}\nproviders: [{name: sim, kind: simulated, token_delay_ms: 60}]\n")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := webSession(t, ctx, ts.baseURL, "")
 
 	// An idle stream: the ping sends the headers, then pings go on.
@@ -640,7 +641,7 @@ func TestSSEHeartbeat(t *testing.T) {
 // included), adding Last-Event-ID: the later seq wins.
 func TestLastEventIDWinsOverAfterSeq(t *testing.T) {
 	ts := start(t, "")
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	id := webSession(t, ctx, ts.baseURL, "")
 	webJSON(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"one two three"}`, "", http.Header{"Accept": {"application/json"}}, 200)
 	// The prompt runs on after that answer: wait for its end, so that every
@@ -669,7 +670,7 @@ func TestLastEventIDWinsOverAfterSeq(t *testing.T) {
 
 func TestConsoleServed(t *testing.T) {
 	ts := start(t, webAuth)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := noRedirect.Get(ts.baseURL + "/console")
 	if err != nil {

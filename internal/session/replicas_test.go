@@ -20,6 +20,7 @@ import (
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/sessionstore"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // replicas starts n session managers sharing one redis-server, as n agentd
@@ -749,10 +750,12 @@ func TestReplicasIdleFollowersCostNoGoroutine(t *testing.T) {
 		subs = append(subs, sub)
 	}
 	// The pulls and subscriptions the readers started end at once.
-	eventually(t, func() bool { return runtime.NumGoroutine()-before < n/2 },
-		func() string {
-			return fmt.Sprintf("%d idle followers cost %d goroutines", n, runtime.NumGoroutine()-before)
-		})
+	testkit.EventuallyErr(t, "the readers' pulls ended", func() error {
+		if d := runtime.NumGoroutine() - before; d >= n/2 {
+			return fmt.Errorf("%d idle followers cost %d goroutines", n, d)
+		}
+		return nil
+	})
 	// A prompt on A reaches B's reader.
 	promptToEnd(t, get(t, a.m, ids[7]), "one two")
 	if evs := until(t, subs[7], session.EventPromptEnd); len(evs) < 5 {
@@ -772,24 +775,12 @@ func TestReplicasIdleFollowersCostNoGoroutine(t *testing.T) {
 		sub.Close()
 	}
 	// The poller stops following within a round or two (2 s each).
-	eventually(t, func() bool { return channels() == 0 },
-		func() string { return fmt.Sprintf("%d notify subscriptions left after the readers closed", channels()) })
-}
-
-// eventually waits for cond (checked on a short tick) for at most 15 s.
-func eventually(t *testing.T, cond func() bool, what func() string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatal(what())
-		case <-tick.C:
+	testkit.EventuallyErr(t, "the notify subscriptions ended", func() error {
+		if c := channels(); c != 0 {
+			return fmt.Errorf("%d notify subscriptions left after the readers closed", c)
 		}
-	}
+		return nil
+	})
 }
 
 // A prompt whose start fails after the store took its user message (here:

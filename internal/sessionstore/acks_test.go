@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // With min_replica_acks, Create returns once a replica has the record and
@@ -18,10 +19,10 @@ import (
 func TestMinReplicaAcks(t *testing.T) {
 	master := redistest.Start(t)
 	replica := redistest.Start(t)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	rc := newClient(t, replica.Addr(), time.Second)
 	must(t, rc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(master.Port())).Err())
-	waitFor(t, "the replica in sync", func() bool {
+	testkit.Eventually(t, "the replica in sync", func() bool {
 		info, _ := rc.Info(ctx, "replication").Result()
 		return strings.Contains(info, "master_link_status:up")
 	})
@@ -55,7 +56,7 @@ func TestMinReplicaAcks(t *testing.T) {
 
 	// The replica is gone: nothing is acknowledged.
 	replica.Kill()
-	waitFor(t, "the master sees no replica", func() bool {
+	testkit.Eventually(t, "the master sees no replica", func() bool {
 		info, _ := c.Info(ctx, "replication").Result()
 		return strings.Contains(info, "connected_slaves:0")
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // The conformance suite: every session.Shared implementation — the Redis
@@ -69,7 +70,7 @@ func (w *watched) get(id string) (uint64, error) {
 
 func TestConformanceRecords(t *testing.T) {
 	forEachStore(t, func(t *testing.T, replica replicaFactory) {
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		a, b := replica(t), replica(t)
 		r1 := record("ses_c1", "acme")
 		res, err := a.Create(ctx, r1, 2)
@@ -131,7 +132,7 @@ func TestConformanceRecords(t *testing.T) {
 // Leases, their epochs and the fencing of every write of a prompt.
 func TestConformanceFencing(t *testing.T) {
 	forEachStore(t, func(t *testing.T, replica replicaFactory) {
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		a, b := replica(t), replica(t)
 		wa := watch(a)
 		const id = "ses_f1"
@@ -151,13 +152,13 @@ func TestConformanceFencing(t *testing.T) {
 			a.AppendEvent(id, event(seq))
 		}
 		must(t, a.Flush(ctx, id))
-		waitFor(t, "events stored", func() bool { n, _ := wa.get(id); return n == 3 })
+		testkit.Eventually(t, "events stored", func() bool { n, _ := wa.get(id); return n == 3 })
 		if ok, err := a.Renew(ctx, id, ttl, session.PromptSlot{}); !ok || err != nil {
 			t.Fatalf("Renew = %v, %v", ok, err)
 		}
 
 		// A's lease expires (A cut off, say) and B takes the prompt over.
-		waitFor(t, "the lease expired", func() bool { h, _ := b.Holder(ctx, id); return h == "" })
+		testkit.Eventually(t, "the lease expired", func() bool { h, _ := b.Holder(ctx, id); return h == "" })
 		if ok, _, err := b.Acquire(ctx, id, time.Minute); !ok || err != nil {
 			t.Fatalf("B's Acquire = %v, %v", ok, err)
 		}
@@ -179,7 +180,7 @@ func TestConformanceFencing(t *testing.T) {
 		}
 		a.AppendEvent(id, event(4))
 		_ = a.Flush(ctx, id)
-		waitFor(t, "A told its events are lost", func() bool { _, err := wa.get(id); return err != nil })
+		testkit.Eventually(t, "A told its events are lost", func() bool { _, err := wa.get(id); return err != nil })
 		if _, err := wa.get(id); !errors.Is(err, session.ErrFenced) {
 			t.Fatalf("A's watch: %v, want ErrFenced", err)
 		}
@@ -200,7 +201,7 @@ func TestConformanceFencing(t *testing.T) {
 		wb := watch(b)
 		b.AppendEvent(id, event(4))
 		must(t, b.Flush(ctx, id))
-		waitFor(t, "B's event stored", func() bool { n, _ := wb.get(id); return n == 4 })
+		testkit.Eventually(t, "B's event stored", func() bool { n, _ := wb.get(id); return n == 4 })
 		if _, err := b.Append(ctx, id, entry("b")); err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +216,7 @@ func TestConformanceFencing(t *testing.T) {
 // a failover lost) is reported, not written.
 func TestConformanceEventGap(t *testing.T) {
 	forEachStore(t, func(t *testing.T, replica replicaFactory) {
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		a := replica(t)
 		w := watch(a)
 		const id = "ses_g1"
@@ -229,7 +230,7 @@ func TestConformanceEventGap(t *testing.T) {
 		a.AppendEvent(id, event(2)) // again: skipped
 		a.AppendEvent(id, event(4))
 		_ = a.Flush(ctx, id)
-		waitFor(t, "the gap reported", func() bool { _, err := w.get(id); return err != nil })
+		testkit.Eventually(t, "the gap reported", func() bool { _, err := w.get(id); return err != nil })
 		if n, err := w.get(id); n != 2 || !errors.Is(err, session.ErrEventsLost) {
 			t.Fatalf("watch: stored %d, %v", n, err)
 		}
@@ -244,7 +245,7 @@ func TestConformanceEventGap(t *testing.T) {
 // Control calls reach the replica that serves them.
 func TestConformanceControl(t *testing.T) {
 	forEachStore(t, func(t *testing.T, replica replicaFactory) {
-		ctx := testCtx(t)
+		ctx := testkit.Context(t)
 		a, b := replica(t), replica(t)
 		b.Serve(func(_ context.Context, c session.Control) session.Reply {
 			return session.Reply{Msg: string(c.Op) + " " + c.SessionID}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Create counts the tenant's sessions and adds the new one in one step: at
@@ -24,7 +25,7 @@ func TestCreateSessionsPerTenant(t *testing.T) {
 	c := newClient(t, srv.Addr(), time.Second)
 	a := newStore(t, c, Options{})
 	b := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	for i := range 3 {
 		res, err := a.Create(ctx, record(fmt.Sprintf("s%d", i), "acme"), 3)
@@ -116,7 +117,7 @@ func TestStartPromptSlots(t *testing.T) {
 	c := newClient(t, srv.Addr(), time.Second)
 	a := newStore(t, c, Options{})
 	b := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	for _, id := range []string{"ses_1", "ses_2", "ses_3"} {
 		if _, err := a.Create(ctx, record(id, "acme"), 0); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Another replica keeps writing a session (history, stripped set, run
@@ -20,7 +21,7 @@ func TestWritesRacingRemoveLeaveNoKeyWithoutTTL(t *testing.T) {
 	c := newClient(t, srv.Addr(), time.Second)
 	remover := newStore(t, c, Options{})
 	writer := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	for round := range 10 {
 		id := fmt.Sprintf("ses_orphan%d", round)
 		if _, err := remover.Create(ctx, record(id, "acme"), 0); err != nil {
@@ -65,7 +66,7 @@ func TestWritesRacingRemoveLeaveNoKeyWithoutTTL(t *testing.T) {
 				}
 			}()
 		}
-		waitFor(t, "the writers under way", func() bool { return wrote.Load() > 20 })
+		testkit.Eventually(t, "the writers under way", func() bool { return wrote.Load() > 20 })
 		must(t, remover.Remove(ctx, id, "acme"))
 		removed.Store(true)
 		wg.Wait()

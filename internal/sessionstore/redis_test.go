@@ -22,6 +22,7 @@ import (
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // No writer, listener or handler outlives its store, no client goroutine
@@ -48,31 +49,6 @@ func newStore(t *testing.T, c redis.UniversalClient, o Options) *Redis {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// testCtx is bounded so that a hanging call fails the test instead of
-// the run.
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// waitFor polls cond every 10ms for at most 5s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("after 30s: not %s", what)
-		case <-tick.C:
-		}
-	}
 }
 
 // logBuf collects a store's log lines.
@@ -131,8 +107,7 @@ func TestReplicaID(t *testing.T) {
 	if _, err := NewRedis(c, Options{ReplicaID: "deleted"}); err == nil {
 		t.Fatal(`NewRedis accepted the replica id "deleted"`)
 	}
-	plain := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer plain.Close()
+	plain := redistest.Client(t, srv.Addr())
 	if _, err := NewRedis(plain, Options{}); err == nil {
 		t.Fatal("NewRedis accepted a client without ContextTimeoutEnabled")
 	}
@@ -142,7 +117,7 @@ func TestRecords(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr(), time.Second)
 	s := newStore(t, c, Options{KeyPrefix: "agentd:"})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	// Two tenants, interleaved: orders increase over both.
 	var acme, other []session.Record
@@ -275,7 +250,7 @@ func TestRecords(t *testing.T) {
 func TestHistory(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, newClient(t, srv.Addr(), time.Second), Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var want []session.Entry
 	for i := range 5 {
@@ -334,7 +309,7 @@ func TestLease(t *testing.T) {
 	c := newClient(t, srv.Addr(), time.Second)
 	a := newStore(t, c, Options{})
 	b := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	// 20 goroutines of two replicas race: one wins, every other sees it.
 	type result struct {
@@ -410,7 +385,7 @@ func TestLease(t *testing.T) {
 	if pttl := c.PTTL(ctx, "t:{T}:lease").Val(); pttl <= 0 || pttl > 50*time.Millisecond {
 		t.Fatalf("PTTL = %v, want within (0, 50ms]", pttl)
 	}
-	waitFor(t, "the lease expired and b took it", func() bool {
+	testkit.Eventually(t, "the lease expired and b took it", func() bool {
 		ok, _, err := b.Acquire(ctx, "T", time.Minute)
 		must(t, err)
 		return ok
@@ -428,7 +403,7 @@ func TestRuns(t *testing.T) {
 	c := newClient(t, srv.Addr(), time.Second)
 	s := newStore(t, c, Options{})
 	o := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	r1 := session.Run{PromptID: "p1", Replica: s.ReplicaID(), Attempt: 2,
 		Due: time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC), Class: "rate_limit", DelaySource: "retry-after", Credential: "c1"}
 	r2 := session.Run{PromptID: "p2", Replica: o.ReplicaID()}
@@ -487,7 +462,7 @@ func TestEvents(t *testing.T) {
 	var logs logBuf
 	a := newStore(t, c, Options{})
 	b := newStore(t, c, Options{Logger: logs.logger()})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	if err := a.Flush(ctx, "e1"); err != nil {
 		t.Fatalf("Flush with nothing queued = %v", err)
@@ -572,7 +547,7 @@ func TestEvents(t *testing.T) {
 func TestEventsConcurrent(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, newClient(t, srv.Addr(), time.Second), Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
@@ -649,7 +624,7 @@ func TestFollow(t *testing.T) {
 	a := newStore(t, c, Options{})
 	b := newStore(t, c, Options{})
 	b.Serve(okHandler)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	_, err := a.Create(ctx, record("f1", "acme"), 0)
 	must(t, err)
 
@@ -703,7 +678,7 @@ func TestFollow(t *testing.T) {
 	must(t, a.Flush(ctx, "f2"))
 	barrier()
 	expectNoSignal(t, sig2)
-	waitFor(t, "b unsubscribed", func() bool {
+	testkit.Eventually(t, "b unsubscribed", func() bool {
 		n := c.PubSubNumSub(ctx, b.notifyChannel("f2"), b.notifyChannel("f1")).Val()
 		return n[b.notifyChannel("f2")] == 0 && n[b.notifyChannel("f1")] == 0
 	})
@@ -725,7 +700,7 @@ func TestCall(t *testing.T) {
 	c := newClient(t, srv.Addr(), time.Second)
 	a := newStore(t, c, Options{})
 	b := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	release := make(chan struct{})
 	defer close(release)
 	var got sync.Map
@@ -818,7 +793,7 @@ func TestCall(t *testing.T) {
 func TestQueueBound(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, newClient(t, srv.Addr(), 200*time.Millisecond), Options{Timeout: 200 * time.Millisecond, maxQueue: 10})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	srv.Kill()
 	for seq := uint64(1); seq <= 1000; seq++ {
 		s.AppendEvent("q", event(seq))
@@ -833,7 +808,7 @@ func TestQueueBound(t *testing.T) {
 		t.Fatal("Flush with Redis down = nil")
 	}
 	srv.Start()
-	waitFor(t, "the kept events stored", func() bool { return s.Flush(ctx, "q") == nil })
+	testkit.Eventually(t, "the kept events stored", func() bool { return s.Flush(ctx, "q") == nil })
 	if n, err := s.LastSeq(ctx, "q"); n != 1000 || err != nil {
 		t.Fatalf("LastSeq once Redis is back = %d, %v; want 1000 (the newest events kept)", n, err)
 	}
@@ -848,7 +823,7 @@ func TestRedisDown(t *testing.T) {
 	a := newStore(t, c, Options{Timeout: timeout})
 	b := newStore(t, c, Options{Timeout: timeout})
 	b.Serve(okHandler)
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	_, err := a.Create(ctx, record("d1", "acme"), 0)
 	must(t, err)
 	sig, stop := follow(b, "d1")
@@ -905,13 +880,13 @@ func TestRedisDown(t *testing.T) {
 
 	// Back: requests work again, and go-redis subscribes b again.
 	srv.Start()
-	waitFor(t, "Load works again", func() bool {
+	testkit.Eventually(t, "Load works again", func() bool {
 		_, _, err := a.Load(ctx, "d1")
 		return err == nil
 	})
 	// (A reply published before a's own subscription is back is lost:
 	// each try is bounded.)
-	waitFor(t, "b answers calls again", func() bool {
+	testkit.Eventually(t, "b answers calls again", func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
 		_, err := a.Call(cctx, b.ReplicaID(), session.Control{Op: session.OpState})
@@ -919,7 +894,7 @@ func TestRedisDown(t *testing.T) {
 	})
 	// The restarted Redis lost everything (no persistence): b's follow of
 	// d1 was subscribed again with the control channel.
-	waitFor(t, "b follows d1 again", func() bool {
+	testkit.Eventually(t, "b follows d1 again", func() bool {
 		return c.PubSubNumSub(ctx, b.notifyChannel("d1")).Val()[b.notifyChannel("d1")] == 1
 	})
 	for len(sig) > 0 {
@@ -928,7 +903,7 @@ func TestRedisDown(t *testing.T) {
 	a.AppendEvent("d1", event(1))
 	// Each Flush waits at most the store's 200 ms; the writer, back from
 	// its failures, stores the event on its next try.
-	waitFor(t, "d1's event stored", func() bool { return a.Flush(ctx, "d1") == nil })
+	testkit.Eventually(t, "d1's event stored", func() bool { return a.Flush(ctx, "d1") == nil })
 	expectSignal(t, sig)
 
 	// Down again, with events queued: Close returns anyway.
@@ -953,7 +928,7 @@ func TestStartAndFinish(t *testing.T) {
 	c := newClient(t, srv.Addr(), time.Second)
 	a := newStore(t, c, Options{})
 	b := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 
 	if res, err := a.Start(ctx, "ses_none", time.Minute, session.Run{PromptID: "p0", Replica: a.ReplicaID()}, &session.Entry{PromptID: "p0"}, session.PromptSlot{}, 0); err != nil || !reflect.DeepEqual(res, session.StartResult{}) {
 		t.Fatalf("Start of a missing session = %+v, %v", res, err)
@@ -1060,7 +1035,7 @@ func TestStartAlsoOtherScriptUnknown(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr(), time.Second)
 	a := newStore(t, c, Options{})
-	ctx := testCtx(t)
+	ctx := testkit.Context(t)
 	_, err := a.Create(ctx, record("ses_also", "t1"), 0)
 	must(t, err)
 	// The start script is known to the server (loaded by a first start).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -21,14 +22,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // secret is a recognisable fake key: no text a test sees may contain it,
 // or any 8-character piece of it.
 const secret = "sk-ant-api03-FAKEKEYzq7Wx9Vb2Nm4Lk6Jh8Gf0Dd-1a2b3c4d5e6f"
-
-const defaultTestTimeout = 10 * time.Second
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func newServer(t *testing.T, opts providertest.Options) *providertest.Server {
 	s := providertest.NewServer(opts)
@@ -57,7 +50,7 @@ func request() *provider.Request {
 func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *providertest.Deltas) {
 	t.Helper()
 	rec := &providertest.Deltas{}
-	res := c.Stream(testCtx(t), req, rec.On)
+	res := c.Stream(testkit.Context(t), req, rec.On)
 	providertest.CheckNoSecret(t, res, secret)
 	return res, rec
 }
@@ -80,7 +73,7 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 			close(hold)
 		}
 	}
-	res := c.Stream(testCtx(t), request(), rec.On)
+	res := c.Stream(testkit.Context(t), request(), rec.On)
 	providertest.CheckNoSecret(t, res, secret)
 
 	m := res.Message
@@ -97,7 +90,7 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 		t.Errorf("usage = %+v", res.Usage)
 	}
 
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +374,7 @@ func TestTimeouts(t *testing.T) {
 	if m := res.Message; m.StopReason != provider.StopError || !strings.HasPrefix(m.ErrorMessage, "request timed out after 150ms: ") {
 		t.Errorf("total timeout: %+v", res)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 3)
+	reqs, err := s.WaitRequests(testkit.Context(t), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +389,7 @@ func TestCancelMidStreamClosesConnection(t *testing.T) {
 	s := newServer(t, providertest.Options{})
 	s.Enqueue(providertest.Step{Kind: providertest.StepHang, After: 3})
 	c := newClient(t, Options{BaseURL: s.URL})
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Context(t))
 	defer cancel()
 	rec := &providertest.Deltas{Hook: func(provider.Delta) { cancel() }}
 	res := c.Stream(ctx, request(), rec.On)
@@ -405,7 +398,7 @@ func TestCancelMidStreamClosesConnection(t *testing.T) {
 	if m.StopReason != provider.StopAborted || m.ErrorMessage != provider.AbortedMessage || m.Text() != "Hello" || res.Failure != nil {
 		t.Errorf("result = %+v", res)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +425,7 @@ func TestSecretNeverLeaks(t *testing.T) {
 	if res.Message.ErrorMessage != "200 authentication_error: Bearer [REDACTED] rejected" {
 		t.Errorf("message = %q", res.Message.ErrorMessage)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 2)
+	reqs, err := s.WaitRequests(testkit.Context(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +446,7 @@ func TestExtraHeadersAndNoRedirects(t *testing.T) {
 	if f := res.Failure; f == nil || f.Status != 307 || res.Message.ErrorMessage != "307 Temporary Redirect" {
 		t.Errorf("redirect: %+v", res)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +507,7 @@ func TestConnectionReuseAndJSONOn200(t *testing.T) {
 	c := newClient(t, Options{BaseURL: s.URL})
 	streamT(t, c, request())
 	streamT(t, c, request())
-	reqs, err := s.WaitRequests(testCtx(t), 2)
+	reqs, err := s.WaitRequests(testkit.Context(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

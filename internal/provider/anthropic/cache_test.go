@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // mark is where a cache_control mark sits: a message and block index, or
@@ -111,7 +112,7 @@ func TestCacheBreakpointsStableAcrossTurns(t *testing.T) {
 		if res, _ := streamT(t, c, req); res.Message.StopReason != provider.StopEnd {
 			t.Fatalf("call %d: %+v", i, res.Message)
 		}
-		reqs, err := s.WaitRequests(testCtx(t), i+1)
+		reqs, err := s.WaitRequests(testkit.Context(t), i+1)
 		if err != nil {
 			t.Fatal(err)
 		}

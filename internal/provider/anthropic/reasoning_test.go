@@ -10,6 +10,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 const model = "claude-sonnet-4-5"
@@ -29,7 +30,7 @@ func classify(res provider.Result) retry.Verdict {
 // sentMessages returns the raw "messages" of the i-th recorded request.
 func sentMessages(t *testing.T, s *providertest.Server, i int) []json.RawMessage {
 	t.Helper()
-	reqs, err := s.WaitRequests(testCtx(t), i+1)
+	reqs, err := s.WaitRequests(testkit.Context(t), i+1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestForeignSignaturesAreRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.req.Credential.Secret, tc.req.Model = tc.secret, tc.model
-			res := c.Stream(testCtx(t), tc.req, nil)
+			res := c.Stream(testkit.Context(t), tc.req, nil)
 			providertest.CheckNoSecret(t, res, tc.secret)
 			m := res.Message
 			if tc.ok {
@@ -198,7 +199,7 @@ func TestForeignSignaturesAreRefused(t *testing.T) {
 			// make (here, all of it) and retry.
 			retried := *tc.req
 			retried.Messages = provider.StripReasoning(tc.req.Messages)
-			if res := c.Stream(testCtx(t), &retried, nil); res.Message.StopReason != provider.StopEnd {
+			if res := c.Stream(testkit.Context(t), &retried, nil); res.Message.StopReason != provider.StopEnd {
 				t.Errorf("retry without reasoning state: %+v", res)
 			}
 			if tc.req.Messages[1].Content[0].Signature == "" {
@@ -317,7 +318,7 @@ func TestParamsMapping(t *testing.T) {
 			if res, _ := streamT(t, c, req); res.Message.StopReason != provider.StopEnd {
 				t.Fatalf("result %+v", res)
 			}
-			reqs, err := s.WaitRequests(testCtx(t), 1)
+			reqs, err := s.WaitRequests(testkit.Context(t), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -340,7 +341,7 @@ func TestOriginIsNeverSent(t *testing.T) {
 	if res2, _ := streamT(t, c, followUp(first, res, "next")); res2.Message.StopReason != provider.StopEnd {
 		t.Fatalf("second call %+v", res2)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 2)
+	reqs, err := s.WaitRequests(testkit.Context(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,12 +28,6 @@ const (
 	secret      = accessKeyID + ":" + secretKey
 	model       = "anthropic.claude-sonnet-4-5-20250929-v1:0"
 )
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func newFake(t *testing.T) (*providertest.BedrockServer, *Client) {
 	t.Helper()
@@ -58,7 +53,7 @@ func request() *provider.Request {
 func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *providertest.Deltas) {
 	t.Helper()
 	rec := &providertest.Deltas{}
-	res := c.Stream(testCtx(t), req, rec.On)
+	res := c.Stream(testkit.Context(t), req, rec.On)
 	providertest.CheckNoSecret(t, res, secret)
 	return res, rec
 }
@@ -289,7 +284,7 @@ func TestIncompleteStream(t *testing.T) {
 func TestCancelClosesConnection(t *testing.T) {
 	s, c := newFake(t)
 	s.Enqueue(providertest.Step{Kind: providertest.StepHang, After: 1, Answer: &providertest.Answer{Text: []string{"partial", "more"}}})
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Context(t))
 	defer cancel()
 	res := c.Stream(ctx, request(), func(d provider.Delta) {
 		if d.Text != "" {
@@ -299,7 +294,7 @@ func TestCancelClosesConnection(t *testing.T) {
 	if res.Message.StopReason != provider.StopAborted || res.Message.ErrorMessage != provider.AbortedMessage || res.Message.Text() != "partial" {
 		t.Errorf("result = %+v", res.Message)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +338,7 @@ func TestBadCredential(t *testing.T) {
 	_, c := newFake(t)
 	req := request()
 	req.Credential.Secret = "only-one-part-" + secretKey
-	res := c.Stream(testCtx(t), req, nil)
+	res := c.Stream(testkit.Context(t), req, nil)
 	providertest.CheckNoSecret(t, res, secretKey)
 	if res.Message.StopReason != provider.StopError || !strings.Contains(res.Message.ErrorMessage, "ACCESS_KEY_ID:SECRET_ACCESS_KEY") {
 		t.Errorf("result = %+v", res.Message)
@@ -364,7 +359,7 @@ func TestDefaultChain(t *testing.T) {
 	t.Cleanup(c.CloseIdleConnections)
 	req := request()
 	req.Credential = provider.Credential{}
-	res := c.Stream(testCtx(t), req, nil)
+	res := c.Stream(testkit.Context(t), req, nil)
 	providertest.CheckNoSecret(t, res, "envSecretKeyEXAMPLE0000000000000000000000")
 	if res.Message.StopReason != provider.StopEnd {
 		t.Fatalf("result = %+v", res.Message)
@@ -400,7 +395,7 @@ func TestConcurrentStreams(t *testing.T) {
 			if i%2 == 0 {
 				req.Credential = provider.Credential{}
 			}
-			results <- c.Stream(testCtx(t), req, nil)
+			results <- c.Stream(testkit.Context(t), req, nil)
 		}()
 	}
 	ok, failed := 0, 0
@@ -442,7 +437,7 @@ func TestBearerTokenEnv(t *testing.T) {
 	t.Cleanup(c2.CloseIdleConnections)
 	req := request()
 	req.Credential = provider.Credential{}
-	res = c2.Stream(testCtx(t), req, nil)
+	res = c2.Stream(testkit.Context(t), req, nil)
 	providertest.CheckNoSecret(t, res, token)
 	// The SDK sends a bearer token only over HTTPS: against the plain-HTTP
 	// fake it refuses, which shows it chose the token.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -21,12 +22,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const secret = "AIzaSyFAKEKEYzq7Wx9Vb2Nm4Lk6Jh8Gf0Dd1a2b3c"
 
 const model = "gemini-2.5-flash"
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func newServer(t *testing.T, opts providertest.Options) *providertest.Server {
 	s := providertest.NewServer(opts)
@@ -55,7 +50,7 @@ func request() *provider.Request {
 func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *providertest.Deltas) {
 	t.Helper()
 	rec := &providertest.Deltas{}
-	res := c.Stream(testCtx(t), req, rec.On)
+	res := c.Stream(testkit.Context(t), req, rec.On)
 	providertest.CheckNoSecret(t, res, secret)
 	return res, rec
 }
@@ -83,7 +78,7 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 			close(hold)
 		}
 	}}
-	res := c.Stream(testCtx(t), request(), rec.On)
+	res := c.Stream(testkit.Context(t), request(), rec.On)
 	providertest.CheckNoSecret(t, res, secret)
 	m := res.Message
 	if m.StopReason != provider.StopEnd || res.Failure != nil || m.Text() != "Hello world!" || len(m.Content) != 1 || m.Model != model {
@@ -92,7 +87,7 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 	if res.Usage != (provider.Usage{InputTokens: 25, OutputTokens: 3}) {
 		t.Errorf("usage = %+v", res.Usage)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +159,7 @@ func TestThinkingAndToolCalls(t *testing.T) {
 	if u := res.Usage; u.InputTokens != 30 || u.CacheReadTokens != 100 || u.OutputTokens != 4+2 || u.ReasoningTokens != 2 { // output: candidates + thoughts
 		t.Errorf("usage = %+v", res.Usage)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +188,7 @@ func TestThinkingAndToolCalls(t *testing.T) {
 	if res.Message.StopReason != provider.StopEnd || res.Message.Text() != "Sunny." {
 		t.Fatalf("second turn: %+v", res)
 	}
-	reqs, err = s.WaitRequests(testCtx(t), 2)
+	reqs, err = s.WaitRequests(testkit.Context(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +337,7 @@ func TestTimeoutsAndCancellationCloseTheConnection(t *testing.T) {
 		t.Errorf("read timeout: %+v", res)
 	}
 	c = newClient(t, Options{BaseURL: s.URL})
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Context(t))
 	defer cancel()
 	rec := &providertest.Deltas{Hook: func(provider.Delta) { cancel() }}
 	res = c.Stream(ctx, request(), rec.On)
@@ -350,7 +345,7 @@ func TestTimeoutsAndCancellationCloseTheConnection(t *testing.T) {
 	if m := res.Message; m.StopReason != provider.StopAborted || m.ErrorMessage != provider.AbortedMessage || res.Failure != nil {
 		t.Errorf("cancelled: %+v", res)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 2)
+	reqs, err := s.WaitRequests(testkit.Context(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +378,7 @@ func TestSecretNeverLeaksAndNoRedirects(t *testing.T) {
 	if f := res.Failure; f == nil || f.Status != 307 {
 		t.Errorf("redirect: %+v", res)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

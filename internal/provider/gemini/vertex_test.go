@@ -12,6 +12,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 const vertexProject = "proj-a"
@@ -72,7 +73,7 @@ func TestVertexStreamsWithOneCachedToken(t *testing.T) {
 	results := make([]provider.Result, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { results[i] = c.Stream(testCtx(t), vertexRequest(e.key), nil) })
+		wg.Go(func() { results[i] = c.Stream(testkit.Context(t), vertexRequest(e.key), nil) })
 	}
 	wg.Wait()
 	for _, res := range results {
@@ -110,7 +111,7 @@ func TestVertexTokenRefresh(t *testing.T) {
 	c := e.client(t)
 	stream := func() provider.Result {
 		t.Helper()
-		res := c.Stream(testCtx(t), vertexRequest(e.key), nil)
+		res := c.Stream(testkit.Context(t), vertexRequest(e.key), nil)
 		e.checkNoKey(t, res)
 		if res.Failure != nil {
 			t.Fatalf("result: %+v", res)
@@ -144,11 +145,11 @@ func TestVertexTokenRefresh(t *testing.T) {
 func TestVertexRefusedTokenIsDropped(t *testing.T) {
 	e := newVertexEnv(t)
 	c := e.client(t)
-	if res := c.Stream(testCtx(t), vertexRequest(e.key), nil); res.Failure != nil {
+	if res := c.Stream(testkit.Context(t), vertexRequest(e.key), nil); res.Failure != nil {
 		t.Fatalf("result: %+v", res)
 	}
 	e.tokens.Expire()
-	res := c.Stream(testCtx(t), vertexRequest(e.key), nil)
+	res := c.Stream(testkit.Context(t), vertexRequest(e.key), nil)
 	e.checkNoKey(t, res)
 	f := res.Failure
 	if f == nil || f.Status != 401 || f.Type != "UNAUTHENTICATED" || !strings.Contains(res.Message.ErrorMessage, "401 UNAUTHENTICATED: Request had invalid authentication credentials") {
@@ -157,7 +158,7 @@ func TestVertexRefusedTokenIsDropped(t *testing.T) {
 	if v := classify(res); v.Class != retry.ClassNotRetryable {
 		t.Fatalf("class %v", v.Class)
 	}
-	if res := c.Stream(testCtx(t), vertexRequest(e.key), nil); res.Failure != nil || res.Message.Text() != "Hello from Vertex" {
+	if res := c.Stream(testkit.Context(t), vertexRequest(e.key), nil); res.Failure != nil || res.Message.Text() != "Hello from Vertex" {
 		t.Fatalf("after refresh: %+v", res)
 	}
 	if n := len(e.tokens.Requests()); n != 2 {
@@ -203,7 +204,7 @@ func TestVertexTokenFailures(t *testing.T) {
 			if tc.closed {
 				e.tokens.Close()
 			}
-			res := c.Stream(testCtx(t), vertexRequest(e.key), nil)
+			res := c.Stream(testkit.Context(t), vertexRequest(e.key), nil)
 			e.checkNoKey(t, res)
 			if res.Failure == nil || res.Failure.Status != tc.status || !strings.Contains(res.Message.ErrorMessage, tc.msg) || res.Message.StopReason != provider.StopError {
 				t.Fatalf("result: %+v (%q)", res, res.Message.ErrorMessage)
@@ -216,7 +217,7 @@ func TestVertexTokenFailures(t *testing.T) {
 			}
 			if !tc.closed {
 				// Not cached: the next call fetches again and succeeds.
-				if res := c.Stream(testCtx(t), vertexRequest(e.key), nil); res.Failure != nil {
+				if res := c.Stream(testkit.Context(t), vertexRequest(e.key), nil); res.Failure != nil {
 					t.Fatalf("next call: %+v", res)
 				}
 			}
@@ -237,7 +238,7 @@ func TestVertexBadKeys(t *testing.T) {
 		{"bad private key", strings.Replace(e.key, "-----BEGIN PRIVATE KEY-----\\n", "-----BEGIN PRIVATE KEY-----\\nAAAA", 1), "", "private_key is neither PKCS #8 nor PKCS #1"},
 	}
 	for _, tc := range cases {
-		res := c.Stream(testCtx(t), vertexRequest(tc.key), nil)
+		res := c.Stream(testkit.Context(t), vertexRequest(tc.key), nil)
 		e.checkNoKey(t, res)
 		providertest.CheckNoSecret(t, res, tc.secret)
 		if res.Failure == nil || res.Failure.Status != 401 || !strings.Contains(res.Message.ErrorMessage, tc.msg) {
@@ -248,7 +249,7 @@ func TestVertexBadKeys(t *testing.T) {
 	opts := e.opts
 	opts.TokenURL = ""
 	c = newClient(t, Options{BaseURL: e.api.URL, Vertex: &opts})
-	res := c.Stream(testCtx(t), vertexRequest(e.key), nil)
+	res := c.Stream(testkit.Context(t), vertexRequest(e.key), nil)
 	if res.Failure == nil || !strings.Contains(res.Message.ErrorMessage, "token_uri \""+e.tokens.TokenURL()+"\" is not Google's") {
 		t.Errorf("loopback token_uri: %+v", res)
 	}
@@ -273,7 +274,7 @@ func TestVertexApplicationDefaultCredentials(t *testing.T) {
 	req := request()
 	req.Credential = provider.Credential{}
 	for range 2 {
-		if res := c.Stream(testCtx(t), req, nil); res.Failure != nil || res.Message.Text() != "Hello from Vertex" {
+		if res := c.Stream(testkit.Context(t), req, nil); res.Failure != nil || res.Message.Text() != "Hello from Vertex" {
 			t.Fatalf("result: %+v", res)
 		}
 	}
@@ -302,7 +303,7 @@ func TestVertexURL(t *testing.T) {
 	}
 	e := newVertexEnv(t)
 	e.opts.Project = "proj-config"
-	res := e.client(t).Stream(testCtx(t), vertexRequest(e.key), nil)
+	res := e.client(t).Stream(testkit.Context(t), vertexRequest(e.key), nil)
 	if res.Failure != nil || !strings.Contains(e.api.Requests()[0].Path, "/projects/proj-config/") {
 		t.Fatalf("configured project: %+v", res)
 	}

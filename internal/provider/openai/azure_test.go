@@ -10,6 +10,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Azure OpenAI: the deployment's path, api-version, the key in api-key
@@ -28,7 +29,7 @@ func TestAzureCompleteStream(t *testing.T) {
 	if res.Usage != (provider.Usage{InputTokens: 12, OutputTokens: 2}) {
 		t.Errorf("usage = %+v", res.Usage)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestAzureCancelAndCut(t *testing.T) {
 	s.Enqueue(providertest.Step{Kind: providertest.StepHang, After: 1},
 		providertest.Step{Kind: providertest.StepReset, After: 1})
 	c := newClient(t, Options{Azure: true, BaseURL: s.URL})
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(testkit.Context(t))
 	defer cancel()
 	rec := &providertest.Deltas{Hook: func(provider.Delta) { cancel() }}
 	res := c.Stream(ctx, request(), rec.On)
@@ -130,7 +131,7 @@ func TestAzureCancelAndCut(t *testing.T) {
 	if m := res.Message; m.StopReason != provider.StopError || m.StopDetails != provider.DetailInterruptedAfterContent || res.Failure == nil {
 		t.Errorf("cut: %+v", res)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 2)
+	reqs, err := s.WaitRequests(testkit.Context(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

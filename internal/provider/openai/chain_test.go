@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // sent is what one recorded Responses request asked for.
@@ -17,7 +18,7 @@ type sent struct {
 
 func sentAt(t *testing.T, s *providertest.Server, i int) sent {
 	t.Helper()
-	reqs, err := s.WaitRequests(testCtx(t), i+1)
+	reqs, err := s.WaitRequests(testkit.Context(t), i+1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestChainingFallsBackToTheWholeContext(t *testing.T) {
 	// Another model: whole.
 	req := request(changed...)
 	req.Model = "gpt-5-mini"
-	res2 := c.Stream(testCtx(t), req, nil)
+	res2 := c.Stream(testkit.Context(t), req, nil)
 	if b := sentAt(t, s, 2); b.PreviousResponseID != "" {
 		t.Errorf("another model sent %+v", b)
 	}
@@ -127,7 +128,7 @@ func TestChainingFallsBackToTheWholeContext(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		r := request(userMsg("hi"))
 		r.SessionID = id
-		c.Stream(testCtx(t), r, nil)
+		c.Stream(testkit.Context(t), r, nil)
 	}
 	if n := c.chain.len(); n != 2 {
 		t.Errorf("cache holds %d sessions, want 2", n)
@@ -138,7 +139,7 @@ func TestChainingFallsBackToTheWholeContext(t *testing.T) {
 
 	// Chat and unchained clients never chain.
 	plain := newClient(t, Options{BaseURL: s.URL})
-	plain.Stream(testCtx(t), request(userMsg("one")), nil)
+	plain.Stream(testkit.Context(t), request(userMsg("one")), nil)
 	if b := sentAt(t, s, 7); b.Store || b.PreviousResponseID != "" || plain.chain != nil {
 		t.Errorf("unchained sent %+v", b)
 	}

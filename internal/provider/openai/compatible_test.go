@@ -8,6 +8,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // OpenAI-compatible servers (OpenRouter, vLLM, Ollama) on the Chat API:
@@ -67,7 +68,7 @@ func TestCompatibleServerFailures(t *testing.T) {
 			if v.Underlying != tc.class {
 				t.Errorf("verdict = %+v, want %s", v, tc.class)
 			}
-			reqs, err := s.WaitRequests(testCtx(t), 1)
+			reqs, err := s.WaitRequests(testkit.Context(t), 1)
 			if err != nil {
 				t.Fatal(err)
 			}

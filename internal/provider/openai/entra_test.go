@@ -12,6 +12,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 const (
@@ -77,7 +78,7 @@ func TestAzureEntraIDToken(t *testing.T) {
 			results := make([]provider.Result, n)
 			var wg sync.WaitGroup
 			for i := range n {
-				wg.Go(func() { results[i] = c.Stream(testCtx(t), entraRequest(), nil) })
+				wg.Go(func() { results[i] = c.Stream(testkit.Context(t), entraRequest(), nil) })
 			}
 			wg.Wait()
 			for _, res := range results {
@@ -111,7 +112,7 @@ func TestAzureEntraIDRefresh(t *testing.T) {
 	e := newEntraEnv(t, APIChat)
 	c := newClient(t, e.opts)
 	call := func() provider.Result {
-		res := c.Stream(testCtx(t), entraRequest(), nil)
+		res := c.Stream(testkit.Context(t), entraRequest(), nil)
 		e.check(t, res)
 		return res
 	}
@@ -177,7 +178,7 @@ func TestAzureEntraIDFailures(t *testing.T) {
 			}
 			req := entraRequest()
 			req.Credential.Secret = tc.secret
-			res := c.Stream(testCtx(t), req, nil)
+			res := c.Stream(testkit.Context(t), req, nil)
 			e.check(t, res)
 			providertest.CheckNoSecret(t, res, tc.secret[strings.LastIndex(tc.secret, ":")+1:])
 			if res.Failure == nil || res.Failure.Status != tc.status || !strings.Contains(res.Message.ErrorMessage, tc.msg) ||
@@ -223,7 +224,7 @@ func TestAzureResponsesAPI(t *testing.T) {
 	// A wrong key gets Azure's 401; no api-version Azure's 404.
 	s.Enqueue()
 	req.Credential.Secret = "sk-wrongFAKEkeyabcdefghijkl"
-	if res := c.Stream(testCtx(t), req, nil); res.Failure == nil || res.Failure.Status != 401 {
+	if res := c.Stream(testkit.Context(t), req, nil); res.Failure == nil || res.Failure.Status != 401 {
 		t.Fatalf("wrong key: %+v", res)
 	}
 	if got := azureResponsesURL("https://gw.example/azure/?team=a", "2025-03-01-preview"); got != "https://gw.example/azure/openai/responses?api-version=2025-03-01-preview&team=a" {

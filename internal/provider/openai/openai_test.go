@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -22,14 +23,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // secret is a recognisable fake key: no text a test sees may contain it,
 // or any 8-character piece of it.
 const secret = "sk-proj-FAKEKEYq9Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1Jh0Gf"
-
-const defaultTestTimeout = 10 * time.Second
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // apis are the two kinds this package serves.
 var apis = []string{APIResponses, APIChat}
@@ -66,7 +59,7 @@ func request(msgs ...provider.Message) *provider.Request {
 func streamT(t *testing.T, c *Client, req *provider.Request) (provider.Result, *providertest.Deltas) {
 	t.Helper()
 	rec := &providertest.Deltas{}
-	res := c.Stream(testCtx(t), req, rec.On)
+	res := c.Stream(testkit.Context(t), req, rec.On)
 	providertest.CheckNoSecret(t, res, secret)
 	return res, rec
 }
@@ -107,7 +100,7 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 					close(hold)
 				}
 			}}
-			res := c.Stream(testCtx(t), request(), rec.On)
+			res := c.Stream(testkit.Context(t), request(), rec.On)
 			providertest.CheckNoSecret(t, res, secret)
 			m := res.Message
 			if m.StopReason != provider.StopEnd || res.Failure != nil || m.Text() != "Hello world!" || rec.Text() != "Hello world!" ||
@@ -117,7 +110,7 @@ func TestCompleteStreamIsIncremental(t *testing.T) {
 			if res.Usage != (provider.Usage{InputTokens: 25, OutputTokens: 3}) {
 				t.Errorf("usage = %+v", res.Usage)
 			}
-			reqs, err := s.WaitRequests(testCtx(t), 1)
+			reqs, err := s.WaitRequests(testkit.Context(t), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -418,7 +411,7 @@ func TestReadTimeoutAndCancel(t *testing.T) {
 			}
 
 			c = newClient(t, Options{API: api, BaseURL: s.URL})
-			ctx, cancel := context.WithCancel(testCtx(t))
+			ctx, cancel := context.WithCancel(testkit.Context(t))
 			defer cancel()
 			rec := &providertest.Deltas{Hook: func(provider.Delta) { cancel() }}
 			res = c.Stream(ctx, request(), rec.On)
@@ -426,7 +419,7 @@ func TestReadTimeoutAndCancel(t *testing.T) {
 			if m := res.Message; m.StopReason != provider.StopAborted || m.ErrorMessage != provider.AbortedMessage || m.Text() != "Hello" || res.Failure != nil {
 				t.Errorf("cancelled: %+v", res)
 			}
-			reqs, err := s.WaitRequests(testCtx(t), 2)
+			reqs, err := s.WaitRequests(testkit.Context(t), 2)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -453,12 +446,12 @@ func TestSecretNeverLeaks(t *testing.T) {
 			}
 			good := request()
 			good.Credential.Secret = "sk-the-right-key-0123456789"
-			res = c.Stream(testCtx(t), good, nil)
+			res = c.Stream(testkit.Context(t), good, nil)
 			if res.Message.StopReason != provider.StopError ||
 				strings.Contains(res.Message.ErrorMessage, "FAKEKEY") || strings.Contains(res.Message.ErrorMessage, secret[:16]) {
 				t.Errorf("in-stream echo: %q", res.Message.ErrorMessage)
 			}
-			reqs, err := s.WaitRequests(testCtx(t), 2)
+			reqs, err := s.WaitRequests(testkit.Context(t), 2)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -538,7 +531,7 @@ func TestRequestMapping(t *testing.T) {
 }
 
 func TestUnknownAPI(t *testing.T) {
-	res := New(Options{API: "completions"}).Stream(testCtx(t), request(), nil)
+	res := New(Options{API: "completions"}).Stream(testkit.Context(t), request(), nil)
 	if res.Message.StopReason != provider.StopError || !strings.Contains(res.Message.ErrorMessage, `unknown API "completions"`) {
 		t.Errorf("result = %+v", res)
 	}
@@ -558,7 +551,7 @@ func TestChatToolCallsWithoutIndex(t *testing.T) {
 		m.Content[1].ToolCallID != "call_b" || string(m.Content[1].ToolInput) != `{}` || res.Usage.OutputTokens != 7 {
 		t.Errorf("result = %+v", res)
 	}
-	reqs, err := s.WaitRequests(testCtx(t), 1)
+	reqs, err := s.WaitRequests(testkit.Context(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // classify is the retry engine's verdict on a failed result.
@@ -26,7 +27,7 @@ func classify(api string, res provider.Result) retry.Verdict {
 // rawInput returns the raw "input" items of the i-th recorded request.
 func rawInput(t *testing.T, s *providertest.Server, i int) []json.RawMessage {
 	t.Helper()
-	reqs, err := s.WaitRequests(testCtx(t), i+1)
+	reqs, err := s.WaitRequests(testkit.Context(t), i+1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func rawInput(t *testing.T, s *providertest.Server, i int) []json.RawMessage {
 
 func bodyAt(t *testing.T, s *providertest.Server, i int) map[string]any {
 	t.Helper()
-	reqs, err := s.WaitRequests(testCtx(t), i+1)
+	reqs, err := s.WaitRequests(testkit.Context(t), i+1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestForeignEncryptedContentIsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := request(next(tc.res, "again", userMsg("hi"))...)
 			req.Credential.Secret = tc.secret
-			r := c.Stream(testCtx(t), req, nil)
+			r := c.Stream(testkit.Context(t), req, nil)
 			providertest.CheckNoSecret(t, r, tc.secret)
 			if m, f := r.Message, r.Failure; m.StopReason != provider.StopError || m.ErrorMessage != tc.msg || f == nil || f.Status != 400 ||
 				f.Code != "invalid_encrypted_content" || f.Type != "invalid_request_error" || r.ResetState {
@@ -185,7 +186,7 @@ func TestForeignEncryptedContentIsRefused(t *testing.T) {
 			}
 			// Stripped of its reasoning state, the history goes through.
 			req.Messages = provider.StripReasoning(req.Messages)
-			if r := c.Stream(testCtx(t), req, nil); r.Message.StopReason != provider.StopEnd {
+			if r := c.Stream(testkit.Context(t), req, nil); r.Message.StopReason != provider.StopEnd {
 				t.Errorf("retry without reasoning state: %+v", r)
 			}
 		})
@@ -294,7 +295,7 @@ func TestParamsMapping(t *testing.T) {
 			if res, _ := streamT(t, newClient(t, Options{API: tc.api, BaseURL: s.URL}), req); res.Message.StopReason != provider.StopEnd {
 				t.Fatalf("result %+v", res)
 			}
-			reqs, err := s.WaitRequests(testCtx(t), 1)
+			reqs, err := s.WaitRequests(testkit.Context(t), 1)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Both APIs report the cached part inside their prompt tokens and the
@@ -59,7 +60,7 @@ func TestPromptCacheKey(t *testing.T) {
 				for range 2 {
 					streamT(t, c, req)
 				}
-				reqs, err := s.WaitRequests(testCtx(t), 2)
+				reqs, err := s.WaitRequests(testkit.Context(t), 2)
 				if err != nil {
 					t.Fatal(err)
 				}
