@@ -38,6 +38,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/agentd/agentd/internal/agentdtest"
+	"github.com/agentd/agentd/internal/app"
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/metrics"
 	"github.com/agentd/agentd/internal/session"
