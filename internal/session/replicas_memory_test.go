@@ -102,7 +102,10 @@ func TestMemoryReplicasOnePromptAtATime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, subA, errA := s.Prompt(ctx, "one [[tokens: 50]]")
+		// A's answer waits 100 ms (of the bubble's clock) before it
+		// streams: B's prompt comes while A holds the lease, however the
+		// goroutines are scheduled.
+		_, subA, errA := s.Prompt(ctx, "one [[tokens: 50]] [[faults: ok:delay=100]]")
 		_, _, errB := get(t, bm, s.ID()).Prompt(ctx, "two")
 		if errA != nil || errB == nil {
 			t.Fatalf("two prompts at once: %v, %v", errA, errB)
