@@ -21,66 +21,38 @@ func fastDelta(data []byte, e *event) bool {
 	if !s.Byte('{') {
 		return false
 	}
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			break
-		}
-		var bit uint8
+	seen, ok := s.Object(func(k []byte) (uint32, bool) {
 		switch string(k) {
 		case "type":
-			bit = 1
 			v, ok := s.RawString()
 			if !ok || string(v) != "content_block_delta" {
-				return false
+				return 0, false
 			}
 			e.Type = "content_block_delta"
+			return 1, true
 		case "index":
-			bit = 2
-			if e.Index, ok = s.Int(); !ok {
-				return false
-			}
+			var ok bool
+			e.Index, ok = s.Int()
+			return 2, ok
 		case "delta":
-			bit = 4
-			if !s.Byte('{') || !fastDeltaBody(&s, &e.Delta) {
-				return false
-			}
+			return 4, s.Byte('{') && fastDeltaBody(&s, &e.Delta)
 		default:
-			if !wire.Ignorable(k, eventFields) || !s.Skip() {
-				return false
-			}
+			return 0, wire.Ignorable(k, eventFields) && s.Skip()
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return seen&1 != 0 && s.End()
+	})
+	return ok && seen&1 != 0 && s.End()
 }
 
 // fastDeltaBody reads the members of a content_block_delta's delta, after
 // its '{' (see fastDelta).
 func fastDeltaBody(s *wire.Scanner, d *eventDelta) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var ok bool
 		switch string(k) {
 		case "type":
-			bit = 1
 			v, ok := s.RawString()
 			if !ok {
-				return false
+				return 0, false
 			}
 			switch string(v) {
 			case "text_delta":
@@ -92,26 +64,24 @@ func fastDeltaBody(s *wire.Scanner, d *eventDelta) bool {
 			case "signature_delta":
 				d.Type = "signature_delta"
 			default:
-				return false
+				return 0, false
 			}
+			return 1, true
 		case "text":
-			bit = 2
 			d.Text, ok = s.String()
+			return 2, ok
 		case "thinking":
-			bit = 4
 			d.Thinking, ok = s.String()
+			return 4, ok
 		case "partial_json":
-			bit = 8
 			d.PartialJSON, ok = s.String()
+			return 8, ok
 		case "signature":
-			bit = 16
 			d.Signature, ok = s.String()
+			return 16, ok
 		default:
-			ok = wire.Ignorable(k, deltaFields) && s.Skip()
+			return 0, wire.Ignorable(k, deltaFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+	})
+	return ok
 }

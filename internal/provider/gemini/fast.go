@@ -41,16 +41,9 @@ func (b *chunkBuf) decode(data []byte, ch *chunk) bool {
 	if !s.Byte('{') {
 		return false
 	}
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			break
-		}
-		var bit uint8
+	seen, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "candidates":
 			bit = 1
@@ -72,12 +65,9 @@ func (b *chunkBuf) decode(data []byte, ch *chunk) bool {
 		default:
 			ok = wire.Ignorable(k, chunkFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return seen&1 != 0 && s.End()
+		return bit, ok
+	})
+	return ok && seen&1 != 0 && s.End()
 }
 
 // candidates reads an array of at most one candidate.
@@ -98,16 +88,9 @@ func (b *chunkBuf) candidates(s *wire.Scanner, ch *chunk) bool {
 }
 
 func (b *chunkBuf) candidateBody(s *wire.Scanner, c *candidate) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "content":
 			bit = 1
@@ -121,24 +104,15 @@ func (b *chunkBuf) candidateBody(s *wire.Scanner, c *candidate) bool {
 		default:
 			ok = wire.Ignorable(k, candidateFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }
 
 func (b *chunkBuf) contentBody(s *wire.Scanner, c *content) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "role":
 			bit = 1
@@ -156,11 +130,9 @@ func (b *chunkBuf) contentBody(s *wire.Scanner, c *content) bool {
 		default:
 			ok = wire.Ignorable(k, contentFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }
 
 // partList reads an array of parts with text, thought and
@@ -191,16 +163,9 @@ func (b *chunkBuf) partList(s *wire.Scanner, c *content) bool {
 }
 
 func partBody(s *wire.Scanner, p *part) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "text":
 			bit = 1
@@ -214,24 +179,15 @@ func partBody(s *wire.Scanner, p *part) bool {
 		default:
 			ok = wire.Ignorable(k, partFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }
 
 func usageBody(s *wire.Scanner, u *usageMetadata) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "promptTokenCount":
 			bit = 1
@@ -251,9 +207,7 @@ func usageBody(s *wire.Scanner, u *usageMetadata) bool {
 		default:
 			ok = wire.Ignorable(k, usageFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }

@@ -41,16 +41,9 @@ func (b *chatBuf) decode(data []byte, ch *chatChunk) bool {
 	if !s.Byte('{') {
 		return false
 	}
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			break
-		}
-		var bit uint8
+	seen, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "choices":
 			bit = 1
@@ -61,12 +54,9 @@ func (b *chatBuf) decode(data []byte, ch *chatChunk) bool {
 		default:
 			ok = wire.Ignorable(k, chunkFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return seen&1 != 0 && s.End()
+		return bit, ok
+	})
+	return ok && seen&1 != 0 && s.End()
 }
 
 // choices reads an array of at most one choice.
@@ -87,16 +77,9 @@ func (b *chatBuf) choices(s *wire.Scanner, ch *chatChunk) bool {
 }
 
 func (b *chatBuf) choiceBody(s *wire.Scanner, c *chatChoice) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "delta":
 			bit = 1
@@ -107,24 +90,15 @@ func (b *chatBuf) choiceBody(s *wire.Scanner, c *chatChoice) bool {
 		default:
 			ok = wire.Ignorable(k, choiceFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }
 
 func (b *chatBuf) deltaBody(s *wire.Scanner, d *chatDelta) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "content":
 			bit = 1
@@ -144,11 +118,9 @@ func (b *chatBuf) deltaBody(s *wire.Scanner, d *chatDelta) bool {
 		default:
 			ok = wire.Ignorable(k, deltaFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }
 
 // toolCalls reads a delta's tool_calls: null (nil) or an array.
@@ -181,16 +153,9 @@ func (b *chatBuf) toolCalls(s *wire.Scanner, d *chatDelta) bool {
 }
 
 func toolCallBody(s *wire.Scanner, tc *chatToolCallDelta) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "index":
 			bit = 1
@@ -204,24 +169,15 @@ func toolCallBody(s *wire.Scanner, tc *chatToolCallDelta) bool {
 		default:
 			ok = wire.Ignorable(k, toolCallFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }
 
 func functionBody(s *wire.Scanner, f *chatFunction) bool {
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-		var bit uint8
+	_, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "name":
 			bit = 1
@@ -232,11 +188,9 @@ func functionBody(s *wire.Scanner, f *chatFunction) bool {
 		default:
 			ok = wire.Ignorable(k, functionFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
+		return bit, ok
+	})
+	return ok
 }
 
 // responsesEventFields are the JSON names of responsesEvent's fields.
@@ -264,16 +218,9 @@ func fastResponsesDelta(data []byte, d *responsesDelta) bool {
 	if !s.Byte('{') {
 		return false
 	}
-	var seen uint8
-	for n := 0; ; n++ {
-		k, more, ok := s.Member(n)
-		if !ok {
-			return false
-		}
-		if !more {
-			break
-		}
-		var bit uint8
+	seen, ok := s.Object(func(k []byte) (uint32, bool) {
+		var bit uint32
+		ok := true
 		switch string(k) {
 		case "type":
 			bit = 1
@@ -312,12 +259,9 @@ func fastResponsesDelta(data []byte, d *responsesDelta) bool {
 		default:
 			ok = wire.Ignorable(k, responsesEventFields) && s.Skip()
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-	return seen&1 != 0 && s.End()
+		return bit, ok
+	})
+	return ok && seen&1 != 0 && s.End()
 }
 
 // handleDelta is Handle for an event fastResponsesDelta read: what Handle

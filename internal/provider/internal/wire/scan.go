@@ -74,6 +74,28 @@ func (s *Scanner) Member(n int) (key []byte, more, ok bool) {
 	return key, true, true
 }
 
+// Object reads the members of an object whose '{' was consumed, up to its
+// '}': member reads each one's value (its key given raw, as Member gives
+// it) and names the member's bit, 0 for one not tracked. A bit seen twice
+// (a member repeated) declines the object, as does a member that could not
+// be read. It returns the bits seen.
+func (s *Scanner) Object(member func(key []byte) (bit uint32, ok bool)) (seen uint32, ok bool) {
+	for n := 0; ; n++ {
+		k, more, ok := s.Member(n)
+		if !ok {
+			return 0, false
+		}
+		if !more {
+			return seen, true
+		}
+		bit, ok := member(k)
+		if !ok || seen&bit != 0 {
+			return 0, false
+		}
+		seen |= bit
+	}
+}
+
 // Null consumes a null literal if it comes next.
 func (s *Scanner) Null() bool {
 	s.ws()
