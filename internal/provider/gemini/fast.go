@@ -43,7 +43,7 @@ func (b *chunkBuf) decode(data []byte, ch *chunk) bool {
 	}
 	seen, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "candidates":
 			bit = 1
@@ -90,7 +90,7 @@ func (b *chunkBuf) candidates(s *wire.Scanner, ch *chunk) bool {
 func (b *chunkBuf) candidateBody(s *wire.Scanner, c *candidate) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "content":
 			bit = 1
@@ -112,7 +112,7 @@ func (b *chunkBuf) candidateBody(s *wire.Scanner, c *candidate) bool {
 func (b *chunkBuf) contentBody(s *wire.Scanner, c *content) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "role":
 			bit = 1
@@ -165,7 +165,7 @@ func (b *chunkBuf) partList(s *wire.Scanner, c *content) bool {
 func partBody(s *wire.Scanner, p *part) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "text":
 			bit = 1
@@ -187,7 +187,7 @@ func partBody(s *wire.Scanner, p *part) bool {
 func usageBody(s *wire.Scanner, u *usageMetadata) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "promptTokenCount":
 			bit = 1

@@ -43,7 +43,7 @@ func (b *chatBuf) decode(data []byte, ch *chatChunk) bool {
 	}
 	seen, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "choices":
 			bit = 1
@@ -79,7 +79,7 @@ func (b *chatBuf) choices(s *wire.Scanner, ch *chatChunk) bool {
 func (b *chatBuf) choiceBody(s *wire.Scanner, c *chatChoice) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "delta":
 			bit = 1
@@ -98,7 +98,7 @@ func (b *chatBuf) choiceBody(s *wire.Scanner, c *chatChoice) bool {
 func (b *chatBuf) deltaBody(s *wire.Scanner, d *chatDelta) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "content":
 			bit = 1
@@ -155,7 +155,7 @@ func (b *chatBuf) toolCalls(s *wire.Scanner, d *chatDelta) bool {
 func toolCallBody(s *wire.Scanner, tc *chatToolCallDelta) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "index":
 			bit = 1
@@ -177,7 +177,7 @@ func toolCallBody(s *wire.Scanner, tc *chatToolCallDelta) bool {
 func functionBody(s *wire.Scanner, f *chatFunction) bool {
 	_, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "name":
 			bit = 1
@@ -220,7 +220,7 @@ func fastResponsesDelta(data []byte, d *responsesDelta) bool {
 	}
 	seen, ok := s.Object(func(k []byte) (uint32, bool) {
 		var bit uint32
-		ok := true
+		var ok bool
 		switch string(k) {
 		case "type":
 			bit = 1
