@@ -45,6 +45,14 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("%s: %v", s, sc.Errors)
 		}
 	}
+	// Capacity's one-transport steps ran and were set against the floor.
+	if rs := res.Scenarios["capacity"].Rounds; len(rs) == 1 {
+		for _, k := range []string{"cpu_us_per_prompt.rest", "cpu_us_per_prompt.grpc", "cpu_us_per_request.floor", "cpu_ratio_to_floor.rest", "cpu_ratio_to_floor.grpc"} {
+			if v, ok := rs[0][k].(float64); !ok || v <= 0 {
+				t.Errorf("capacity: %s = %v", k, rs[0][k])
+			}
+		}
+	}
 	if len(res.Targets) == 0 {
 		t.Error("no targets")
 	}
@@ -99,6 +107,13 @@ func TestBenchQuickRedis(t *testing.T) {
 		for _, key := range []string{k, "redis." + k} {
 			if v, ok := sc.Rounds[0][key].(float64); !ok || v <= 0 {
 				t.Errorf("%s: %s = %v", s, key, sc.Rounds[0][key])
+			}
+		}
+	}
+	if rs := res.Scenarios["capacity"].Rounds; len(rs) == 1 {
+		for _, k := range []string{"cpu_ratio_to_floor.rest", "cpu_ratio_to_floor.grpc", "redis.cpu_ratio_to_floor.rest", "redis.cpu_ratio_to_floor.grpc"} {
+			if v, ok := rs[0][k].(float64); !ok || v <= 0 {
+				t.Errorf("capacity: %s = %v", k, rs[0][k])
 			}
 		}
 	}

@@ -156,13 +156,56 @@ func TestLoopbackIP(t *testing.T) {
 	}
 }
 
+// The capacity metrics of a run whose steps at the floor's rate (100/s)
+// all measured: all REST+SSE 1.4× the floor's CPU, all gRPC 1.5×.
+func capacityAtFloor() Metrics {
+	m := Metrics{"rate.100.prompts": 700, "rate.100.added.p99": 4, "rate.100.cpu_us_per_chunk": 30,
+		"max_rate.le_10ms": 100, "concurrency_max.le_10ms": 1200,
+		"only.rate": 100, "only.rest.prompts": 700, "only.rest.errors": 0, "only.rest.cpu_us_per_prompt": 840, "only.rest.cpu_us_per_chunk": 42,
+		"only.grpc.prompts": 700, "only.grpc.errors": 2, "only.grpc.cpu_us_per_prompt": 900, "only.grpc.cpu_us_per_chunk": 45,
+		"floor.rate": 100, "floor.cpu_us_per_request": 600, "floor.cpu_us_per_chunk": 25}
+	putCPURatios(m, 100)
+	return m
+}
+
+// The ratios to the floor: set when both sides were measured.
+func TestPutCPURatios(t *testing.T) {
+	m := capacityAtFloor()
+	for k, want := range map[string]float64{"cpu_ratio_to_floor.rest": 1.4, "cpu_ratio_to_floor.grpc": 1.5,
+		"cpu_per_chunk_ratio_to_floor.rest": 1.68, "cpu_per_chunk_ratio_to_floor.grpc": 1.8, "cpu_per_chunk_ratio_to_floor": 1.2,
+		"cpu_us_per_prompt.rest": 840, "cpu_us_per_prompt.grpc": 900, "cpu_us_per_request.floor": 600} {
+		if got, ok := m[k]; !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %v (set %v), want %v", k, got, ok, want)
+		}
+	}
+	// No floor, a gRPC step that failed, a sweep that stopped short of the
+	// floor's rate: no ratio.
+	m = Metrics{"rate.50.cpu_us_per_chunk": 30, "only.rest.cpu_us_per_prompt": 840, "only.rest.cpu_us_per_chunk": 42}
+	putCPURatios(m, 100)
+	for k := range m {
+		if strings.Contains(k, "ratio") || k == "cpu_us_per_prompt.grpc" || k == "cpu_us_per_request.floor" {
+			t.Errorf("without a floor: %s = %v", k, m[k])
+		}
+	}
+	m = Metrics{"rate.50.cpu_us_per_chunk": 30, "only.rest.cpu_us_per_prompt": 840, "floor.cpu_us_per_request": 600, "floor.cpu_us_per_chunk": 25}
+	putCPURatios(m, 100)
+	if _, ok := m["cpu_per_chunk_ratio_to_floor"]; ok {
+		t.Error("a per-chunk ratio without the sweep's step at the floor's rate")
+	}
+	if _, ok := m["cpu_ratio_to_floor.grpc"]; ok {
+		t.Error("a gRPC ratio without the gRPC step")
+	}
+	if m["cpu_ratio_to_floor.rest"] != 1.4 {
+		t.Errorf("REST+SSE ratio %v", m["cpu_ratio_to_floor.rest"])
+	}
+}
+
 // The report renders any result, the targets judged on the medians.
 func TestMarkdownAndTargets(t *testing.T) {
 	res := &Result{Started: time.Now(), Machine: DescribeMachine(), Rounds: 1, Scenarios: map[string]*ScenarioResult{
 		"overhead": {Rounds: []Metrics{{"added_ttft.rest.p50": 0.4, "added_ttft.rest.p99": 3, "ratio_to_floor.rest.p50": 1.2,
 			"added_ttft.grpc.p50": 0.3, "added_ttft.grpc.p99": 1, "ratio_to_floor.grpc.p50": 2, "ttft.direct.n": 10}}},
-		"capacity": {Rounds: []Metrics{{"rate.100.prompts": 700, "rate.100.added.p99": 4, "rate.100.cpu_us_per_chunk": 30,
-			"max_rate.le_10ms": 100, "concurrency_max.le_10ms": 1200}}},
+		"capacity": {Rounds: []Metrics{capacityAtFloor()}},
 		"idle-memory": {Rounds: []Metrics{{}}, Errors: []string{"round 1: boom"}},
 		"fanout":      {Rounds: []Metrics{{"n100.last.p99": 4, "n100.nostall.last.p99": 4.1, "stall_effect.p99_ms": -0.1, "n100.cpu_us_per_chunk_per_sub": 50}}},
 		"retry": {Rounds: []Metrics{{"redis.happy.cpu_us_per_prompt": 100, "redis.happy.rt_total_per_prompt": 15,
@@ -183,6 +226,8 @@ func TestMarkdownAndTargets(t *testing.T) {
 		"added TTFT p50 / floor's, gRPC":                              "not met",
 		"agentd CPU per relayed chunk (capacity)":                     "met",
 		"concurrent streaming sessions with added p99 ≤ 10 ms":        "met",
+		"CPU per prompt / floor's per request, REST+SSE":              "met",
+		"CPU per prompt / floor's per request, gRPC":                  "not met",
 		"idle SSE subscriber, heap + stacks":                          "not measured",
 		"last-subscriber p99 at 100 subscribers":                      "met",
 		"retry decision time (Classify + Plan), worst ordinary error": "not met",
@@ -210,7 +255,12 @@ func TestMarkdownAndTargets(t *testing.T) {
 	md := Markdown(res)
 	for _, s := range []string{"## Targets", "## overhead", "## capacity", "| 100 |", "## fanout", "## retry", "Decision/b", "boom",
 		"| redis | happy path | 100 | – | – | – | 15.00 | – | 40.00 |", "| credentials / prompt | cooldowns / prompt | sessions / prompt | budget / prompt | other / prompt |",
-		"| happy path | 0.00 | – | 14.50 | – |", "sessions 14.50 (by design)"} {
+		"| happy path | 0.00 | – | 14.50 | – |", "sessions 14.50 (by design)",
+		"| CPU per prompt / floor's per request, REST+SSE | ≤ 1.5× | 1.40× (agentd 840 µs per prompt, the bare proxy 600 µs per request, at 100 prompts/s, all over REST+SSE; per chunk 1.68×) | **met** |",
+		"| CPU per prompt / floor's per request, gRPC | ≤ 1.3× | 1.50× (agentd 900 µs per prompt, the bare proxy 600 µs per request, at 100 prompts/s, all over gRPC; per chunk 1.80×; 2 errors or drops) | **not met** |",
+		"One transport at a time, at the floor's rate (100 prompts/s, as many prompts as the floor's step; the bare proxy 600 µs per request): " +
+			"all REST+SSE, agentd 840 µs per prompt (42.0 µs per chunk, –% of a core), **1.40× the floor's per request** (1.68× per chunk), added p99 – ms, 0 errors + drops; " +
+			"all gRPC, agentd 900 µs per prompt (45.0 µs per chunk, –% of a core), **1.50× the floor's per request** (1.80× per chunk), added p99 – ms, 2 errors + drops.\n"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
 		}
@@ -284,11 +334,14 @@ func TestMarkdownStores(t *testing.T) {
 		both["redis.rate.100.redis_server_cpu_us_per_chunk"] = 7
 		both["redis.n100.redis_server_cpu_us_per_chunk_per_sub"] = 3
 		both["redis.100.redis_server_used_mib"] = 5
+		both["redis.only.rest.redis_server_cpu_us_per_prompt"] = 90
 		return []Metrics{both}
 	}
+	capacity := capacityAtFloor()
+	delete(capacity, "rate.100.added.p99")
 	res := &Result{Started: time.Now(), Machine: DescribeMachine(), Rounds: 1, Stores: []string{StoreMemory, StoreRedis}, Scenarios: map[string]*ScenarioResult{
 		"overhead": {Rounds: rounds(Metrics{"added_ttft.grpc.p50": 0.3, "added_ttft.floor.p50": 0.1, "ttft.direct.n": 10})},
-		"capacity": {Rounds: rounds(Metrics{"rate.100.prompts": 700, "rate.100.cpu_us_per_chunk": 30, "max_rate.le_10ms": 100, "concurrency_max.le_10ms": 1200})},
+		"capacity": {Rounds: rounds(capacity)},
 		"idle-memory": {Rounds: rounds(Metrics{"100.total_live_mib": 3, "bare.100.heap_per_session_b": 1024,
 			"subscriber.heap_b": 40000, "subscribers": 100})},
 		"fanout": {Rounds: rounds(Metrics{"n100.last.p99": 4, "n100.cpu_us_per_chunk_per_sub": 30})},
@@ -303,7 +356,7 @@ func TestMarkdownStores(t *testing.T) {
 	}
 	// Each Redis row follows its memory row.
 	for _, n := range []string{"added TTFT p50, gRPC", "agentd CPU per relayed chunk (capacity)", "idle SSE subscriber, heap + stacks",
-		"last-subscriber p99 at 100 subscribers"} {
+		"last-subscriber p99 at 100 subscribers", "CPU per prompt / floor's per request, REST+SSE", "CPU per prompt / floor's per request, gRPC"} {
 		i := slices.Index(names, n)
 		if i < 0 || i+1 >= len(names) || names[i+1] != n+", Redis store" {
 			t.Errorf("target %q and its Redis row: %v", n, names)
@@ -313,13 +366,18 @@ func TestMarkdownStores(t *testing.T) {
 		if tg.Name == "last-subscriber p99 at 100 subscribers, Redis store" && (tg.Met == nil || *tg.Met || tg.Value != "8.000 ms") {
 			t.Errorf("%s: %s %v", tg.Name, tg.Value, tg.Met)
 		}
+		if tg.Name == "CPU per prompt / floor's per request, REST+SSE, Redis store" &&
+			(tg.Met == nil || *tg.Met || tg.Value != "2.80×" || !strings.Contains(tg.Note, "redis-server 90 µs per prompt more")) {
+			t.Errorf("%s: %s %v (%s)", tg.Name, tg.Value, tg.Met, tg.Note)
+		}
 	}
 	md := Markdown(res)
 	for _, s := range []string{"ran agentd on the memory store and the Redis store",
 		"| agentd gRPC | – ms | – ms | 0.300 ms |", "| agentd gRPC, Redis store | – ms | – ms | 0.600 ms |", "| bare ReverseProxy (floor) |",
 		"| 100 | – | – | – ms |", "| 100, Redis store |", "(+ 7.0 redis-server)",
 		"concurrent streams, Redis store |", "| 100, Redis store | 2.0 KiB |", "redis-server holds",
-		"| 100, Redis store | yes |", "60.0 (+ 3.0 redis-server)"} {
+		"| 100, Redis store | yes |", "60.0 (+ 3.0 redis-server)",
+		"One transport at a time on the Redis store, at the floor's rate (200 prompts/s", "added p99 – ms, 0 errors + drops, redis-server 90 µs per prompt more; all gRPC"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("markdown lacks %q:\n%s", s, md)
 		}

@@ -31,6 +31,27 @@ type capacityParams struct {
 	FloorHighRate int
 }
 
+// capacityMix is the transport a capacity step's prompts take.
+type capacityMix int
+
+const (
+	mixHalf capacityMix = iota // alternately REST+SSE and gRPC: the sweep
+	mixREST                    // all REST+SSE
+	mixGRPC                    // all gRPC
+)
+
+// label is how progress lines name the step's transports.
+func (x capacityMix) label() string {
+	return [...]string{mixHalf: "", mixREST: " all REST+SSE", mixGRPC: " all gRPC"}[x]
+}
+
+// onePathSteps are the steps at the floor's rate that run one transport
+// each: their CPU per prompt against the floor's per request.
+var onePathSteps = []struct {
+	path string
+	mix  capacityMix
+}{{pathREST, mixREST}, {pathGRPC, mixGRPC}}
+
 func capacityParamsFor(quick bool) capacityParams {
 	p := capacityParams{
 		Rates: []int{100, 200, 300, 400, 500, 600, 800},
@@ -71,7 +92,9 @@ func (p capacityParams) streamDuration() time.Duration {
 // own pacing: the request's inbound time plus the first chunk's transit
 // (TTFT), and each chunk's transit from the mock's write to the client's
 // read. On the Redis store, redis-server's CPU is measured too (and is not
-// counted as other load).
+// counted as other load). After the sweep, the floor's rate runs twice
+// more, all over REST+SSE and all over gRPC, then through the bare proxy:
+// agentd's CPU per prompt on each path against the proxy's per request.
 func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics, error) {
 	p := capacityParamsFor(e.Cfg.Quick)
 	headers := map[string]string{
@@ -100,7 +123,7 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 		if ctx.Err() != nil {
 			return m, ctx.Err()
 		}
-		sm, err := capacityStep(ctx, e, a, c, round, rate, store, p)
+		sm, err := capacityStep(ctx, e, a, c, round, rate, store, p, mixHalf)
 		for k, v := range sm {
 			m[fmt.Sprintf("rate.%d.%s", rate, k)] = v
 		}
@@ -134,6 +157,26 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 		}
 	}
 	m["concurrency_max.le_10ms"] = maxConc
+	// The floor's rate again, one transport at a time (whether or not the
+	// sweep got there: a saturated step still tells its CPU per prompt, and
+	// its errors are noted).
+	for _, op := range onePathSteps {
+		if ctx.Err() != nil || a.Exited() {
+			break
+		}
+		m["only.rate"] = float64(p.FloorRate)
+		sm, err := capacityStep(ctx, e, a, c, round, p.FloorRate, store, p, op.mix)
+		for k, v := range sm {
+			m["only."+op.path+"."+k] = v
+		}
+		if err != nil {
+			e.Note("capacity", "%s all-%s at %d/s: %v", runTag(round, store), op.path, p.FloorRate, err)
+			continue
+		}
+		if bad := sm["errors"] + sm["no_session"] + sm["dropped"]; bad > 0 {
+			e.Note("capacity", "%s all-%s at %d/s: %.0f errors or drops of %.0f prompts", runTag(round, store), op.path, p.FloorRate, bad, sm["prompts"])
+		}
+	}
 	if ctx.Err() == nil {
 		fm, err := floorStep(ctx, e, round, p, p.FloorRate)
 		for k, v := range fm {
@@ -142,10 +185,7 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 		if err != nil {
 			e.Note("capacity", "%s floor: %v", runTag(round, store), err)
 		}
-		// Only when the sweep reached the floor's rate.
-		if x, y := m[fmt.Sprintf("rate.%d.cpu_us_per_chunk", p.FloorRate)], m["floor.cpu_us_per_chunk"]; x > 0 && y > 0 {
-			m["cpu_per_chunk_ratio_to_floor"] = x / y
-		}
+		putCPURatios(m, p.FloorRate)
 	}
 	if ctx.Err() == nil && p.FloorHighRate > 0 {
 		fm, err := floorStep(ctx, e, round, p, p.FloorHighRate)
@@ -220,7 +260,7 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 	<-samplerDone
 	var added, transit Dist
 	var busy time.Duration // the streams' time in the window
-	errs, chunks := 0, 0
+	errs, chunks, requests := 0, 0, 0
 	w0, w1 := winStart.UnixNano(), winEnd.UnixNano()
 	for _, t := range turns {
 		if t.Err != nil || len(t.Deltas) != p.Tokens {
@@ -238,6 +278,7 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 		if t.Due < w0 || t.Due >= w1 {
 			continue
 		}
+		requests++
 		f := t.Deltas[0]
 		added.Add(ms((f.Arrival - t.Due) + (f.Recv - f.Write)))
 		for _, d := range t.Deltas {
@@ -257,11 +298,39 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 	if chunks > 0 {
 		m["cpu_us_per_chunk"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(chunks)
 	}
+	if requests > 0 {
+		m["cpu_us_per_request"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(requests)
+	}
 	return m, nil
 }
 
-// capacityStep runs one rate.
-func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate int, store string, p capacityParams) (Metrics, error) {
+// putCPURatios sets agentd's CPU against the floor's at the floor's rate:
+// per chunk for the sweep's step there (when the sweep reached it), and
+// per prompt and per chunk for each of the one-transport steps. A ratio is
+// set only when both of its sides were measured.
+func putCPURatios(m Metrics, floorRate int) {
+	ratio := func(key string, x, y float64) {
+		if x > 0 && y > 0 && finite(x) && finite(y) {
+			m[key] = x / y
+		}
+	}
+	floorReq, floorChunk := m["floor.cpu_us_per_request"], m["floor.cpu_us_per_chunk"]
+	ratio("cpu_per_chunk_ratio_to_floor", m[fmt.Sprintf("rate.%d.cpu_us_per_chunk", floorRate)], floorChunk)
+	if floorReq > 0 {
+		m["cpu_us_per_request.floor"] = floorReq
+	}
+	for _, op := range onePathSteps {
+		perPrompt, perChunk := m["only."+op.path+".cpu_us_per_prompt"], m["only."+op.path+".cpu_us_per_chunk"]
+		if perPrompt > 0 {
+			m["cpu_us_per_prompt."+op.path] = perPrompt
+		}
+		ratio("cpu_ratio_to_floor."+op.path, perPrompt, floorReq)
+		ratio("cpu_per_chunk_ratio_to_floor."+op.path, perChunk, floorChunk)
+	}
+}
+
+// capacityStep runs one rate, its prompts over the transports of mix.
+func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate int, store string, p capacityParams, mix capacityMix) (Metrics, error) {
 	rd := e.redisOf(store)
 	streamDur := p.streamDuration()
 	poolN := int(float64(rate)*(streamDur+time.Second).Seconds()*1.5) + 16
@@ -307,7 +376,9 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 		if rd != nil {
 			r0 = rd.Sample()
 		}
-		if e.profiling(round) {
+		// The one-transport steps are not profiled: the profiler's own
+		// cost would be in their CPU per prompt.
+		if e.profiling(round) && mix == mixHalf {
 			defer e.CPUProfile(ctx, a, profileName(store, fmt.Sprintf("capacity-%d-per-s-cpu", rate)), winEnd.Sub(winStart))()
 		}
 		tick := time.NewTicker(50 * time.Millisecond)
@@ -352,7 +423,7 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 			t := &Turn{Due: due.UnixNano(), Deltas: make([]Delta, 0, p.Tokens)}
 			pctx, cancel := context.WithTimeout(ctx, streamDur+30*time.Second)
 			text := fmt.Sprintf("capacity round %d rate %d prompt %d", round, rate, i)
-			grpc := i%2 == 1
+			grpc := mix == mixGRPC || (mix == mixHalf && i%2 == 1)
 			if grpc {
 				t.Err = c.PromptGRPC(pctx, id, text, t)
 			} else {
@@ -365,7 +436,7 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 			mu.Unlock()
 		}()
 		if i%64 == 0 {
-			e.Prog.Update("rate %d/s: %d/%d sent, %d in flight", rate, i, total, inflight.Load())
+			e.Prog.Update("rate %d/s%s: %d/%d sent, %d in flight", rate, mix.label(), i, total, inflight.Load())
 		}
 	}
 	done := make(chan struct{})
@@ -380,7 +451,7 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 
 	m := Metrics{}
 	var added, transit, ttft, addedSSE, addedGRPC, transitSSE, transitGRPC Dist
-	var errs, dropped, completed, chunks int
+	var errs, dropped, completed, chunks, prompts int
 	w0, w1 := winStart.UnixNano(), winEnd.UnixNano()
 	firstErr := ""
 	for _, r := range recs {
@@ -405,6 +476,7 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 		if t.Due < w0 || t.Due >= w1 {
 			continue
 		}
+		prompts++
 		f := t.Deltas[0]
 		ad := ms((f.Arrival - t.Due) + (f.Recv - f.Write))
 		added.Add(ad)
@@ -458,6 +530,15 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 			m["redis_server_cpu_us_per_chunk"] = float64((r1.CPU - r0.CPU).Microseconds()) / float64(chunks)
 		}
 	}
+	// Per prompt: the window's CPU over the prompts completed of those due
+	// in it (in a steady state, the window holds as much of the work of
+	// prompts due before it as it lacks of those due near its end).
+	if prompts > 0 {
+		m["cpu_us_per_prompt"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(prompts)
+		if rd != nil && win > 0 {
+			m["redis_server_cpu_us_per_prompt"] = float64((r1.CPU - r0.CPU).Microseconds()) / float64(prompts)
+		}
+	}
 	m["agentd_rss_mib"] = float64(s1.RSS) / (1 << 20)
 	if rd != nil {
 		m["redis_server_rss_mib"] = float64(r1.RSS) / (1 << 20)
@@ -465,7 +546,7 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 	if n := mock1.Requests - mock0.Requests; n > 0 {
 		m["provider_conns_per_prompt"] = float64(mock1.Connections-mock0.Connections) / float64(n)
 	}
-	e.Prog.Update("rate %d/s: added p99 %.2f ms, %d errors", rate, m["added.p99"], errs)
+	e.Prog.Update("rate %d/s%s: added p99 %.2f ms, %d errors", rate, mix.label(), m["added.p99"], errs)
 	return m, nil
 }
 

@@ -144,6 +144,17 @@ func evaluateTargets(r *Result) []Target {
 		}
 		add("agentd CPU per relayed chunk (capacity)"+v.label, "≤ 40 µs", capChunk, le(40), "%.1f µs", strings.TrimPrefix(capRate, "; "))
 	})
+	// CPU per prompt on each transport at the floor's rate, against the
+	// floor's per request.
+	for _, op := range []struct {
+		path, label string
+		goal        float64
+	}{{pathREST, "REST+SSE", 1.5}, {pathGRPC, "gRPC", 1.3}} {
+		each(func(v storeView) {
+			add("CPU per prompt / floor's per request, "+op.label+v.label, fmt.Sprintf("≤ %g×", op.goal),
+				v.med("capacity", "cpu_ratio_to_floor."+op.path), le(op.goal), "%.2f×", cpuRatioNote(v, op.path))
+		})
+	}
 	each(func(v storeView) {
 		note := "no clean rate"
 		if r := v.med("capacity", "max_rate.le_10ms"); finite(r) {
@@ -209,6 +220,25 @@ func evaluateTargets(r *Result) []Target {
 		"the credential store's: the rotation prompt's less a happy prompt's; besides, sessions "+rt("rotation", "sessions", "attempt")+
 			" more than a happy prompt's ("+rt("rotation", "sessions", "prompt")+" per rotation prompt)")
 	return ts
+}
+
+// cpuRatioNote is the note of a CPU-per-prompt target: both sides of the
+// ratio, the per-chunk ratio, redis-server's share, the step's errors.
+func cpuRatioNote(v storeView, path string) string {
+	perPrompt, floor := v.med("capacity", "cpu_us_per_prompt."+path), v.med("capacity", "cpu_us_per_request.floor")
+	if !finite(perPrompt) || !finite(floor) {
+		return ""
+	}
+	note := fmt.Sprintf("agentd %.0f µs per prompt, the bare proxy %.0f µs per request, at %g prompts/s, all over %s; per chunk %.2f×",
+		perPrompt, floor, v.med("capacity", "floor.rate"), map[string]string{pathREST: "REST+SSE", pathGRPC: "gRPC"}[path],
+		v.med("capacity", "cpu_per_chunk_ratio_to_floor."+path))
+	if x := redisNote(v, v.med("capacity", "only."+path+".redis_server_cpu_us_per_prompt"), "%.0f µs per prompt"); x != "" {
+		note += "; " + x
+	}
+	if bad := Aggregate(roundsOf(v.onePathBad(path)))["v"].Median; finite(bad) && bad > 0 {
+		note += fmt.Sprintf("; %.0f errors or drops", bad)
+	}
+	return note
 }
 
 // fmtFinite formats v, or is "" when v is not a number.
@@ -459,6 +489,7 @@ func mdCapacity(b *strings.Builder, r *Result) {
 	for _, v := range stores {
 		a := func(k string) Agg { return v.agg("capacity", k) }
 		if !finite(a("floor.cpu_us_per_chunk").Median) {
+			mdOnePath(b, v)
 			continue
 		}
 		atFloor := fmt.Sprintf("rate.%g.", a("floor.rate").Median)
@@ -475,6 +506,7 @@ func mdCapacity(b *strings.Builder, r *Result) {
 					f(a("floor_high.ttft_added.p99"), "%.2f"), f(a("floor_high.chunk.p99"), "%.2f"), f(a("floor_high.errors"), "%.0f"),
 					f(a("floor_high.cpu_pct"), "%.0f"), f(a("floor_high.cpu_us_per_chunk"), "%.1f"))
 			}
+			mdOnePath(b, v)
 			continue
 		}
 		fmt.Fprintf(b, "\nThe floor in the Redis store's runs: the same streams at %s prompts/s through the bare ReverseProxy: added p99 %s ms, "+
@@ -482,6 +514,7 @@ func mdCapacity(b *strings.Builder, r *Result) {
 			"and redis-server %s µs per chunk more.\n",
 			f(a("floor.rate"), "%.0f"), f(a("floor.added.p99"), "%.2f"), f(a("floor.cpu_pct"), "%.0f"), f(a("floor.cpu_us_per_chunk"), "%.1f"),
 			f(a(atFloor+"cpu_us_per_chunk"), "%.1f"), f(a("cpu_per_chunk_ratio_to_floor"), "%.1f"), f(a(atFloor+"redis_server_cpu_us_per_chunk"), "%.1f"))
+		mdOnePath(b, v)
 	}
 	fmt.Fprintf(b, "\n| added p99 ≤ |")
 	for _, v := range stores {
@@ -496,6 +529,49 @@ func mdCapacity(b *strings.Builder, r *Result) {
 		fmt.Fprintf(b, "\n")
 	}
 	fmt.Fprintf(b, "\n")
+}
+
+// mdOnePath writes the capacity steps at the floor's rate that ran one
+// transport each: agentd's CPU per prompt against the floor's per request.
+func mdOnePath(b *strings.Builder, v storeView) {
+	a := func(k string) Agg { return v.agg("capacity", k) }
+	var parts []string
+	for _, op := range []struct{ path, label string }{{pathREST, "all REST+SSE"}, {pathGRPC, "all gRPC"}} {
+		k := "only." + op.path + "."
+		if !finite(a(k + "prompts").Median) {
+			continue
+		}
+		x := fmt.Sprintf("%s, agentd %s µs per prompt (%s µs per chunk, %s%% of a core), **%s× the floor's per request** (%s× per chunk), "+
+			"added p99 %s ms, %s errors + drops", op.label, f(a("cpu_us_per_prompt."+op.path), "%.0f"), f(a(k+"cpu_us_per_chunk"), "%.1f"),
+			f(a(k+"agentd_cpu_pct"), "%.0f"), f(a("cpu_ratio_to_floor."+op.path), "%.2f"), f(a("cpu_per_chunk_ratio_to_floor."+op.path), "%.2f"),
+			f(a(k+"added.p99"), "%.2f"), f(Aggregate(roundsOf(v.onePathBad(op.path)))["v"], "%.0f"))
+		if v.redis() {
+			x += fmt.Sprintf(", redis-server %s µs per prompt more", f(a(k+"redis_server_cpu_us_per_prompt"), "%.0f"))
+		}
+		parts = append(parts, x)
+	}
+	if len(parts) == 0 {
+		return
+	}
+	where := ""
+	if v.redis() {
+		where = " on the Redis store"
+	}
+	fmt.Fprintf(b, "One transport at a time%s, at the floor's rate (%s prompts/s, as many prompts as the floor's step; the bare proxy %s µs per request): %s.\n",
+		where, f(a("only.rate"), "%.0f"), f(a("cpu_us_per_request.floor"), "%.0f"), strings.Join(parts, "; "))
+}
+
+// onePathBad are the errors, drops and unserved arrivals of the rounds'
+// one-transport step on path.
+func (v storeView) onePathBad(path string) []float64 {
+	k := v.prefix + "only." + path + "."
+	var vals []float64
+	for _, rr := range v.r.Scenarios["capacity"].Rounds {
+		if _, ok := rr[k+"prompts"]; ok {
+			vals = append(vals, rr[k+"errors"]+rr[k+"dropped"]+rr[k+"no_session"])
+		}
+	}
+	return vals
 }
 
 func roundsOf(vals []float64) []Metrics {
