@@ -168,7 +168,7 @@ type eventDelta struct {
 }
 
 // decodeEvent is the reflective decode of any event. It is a function of
-// its own so that the event of the fast path (see fastDelta) stays on
+// its own so that the event of the fast path (see fastEvent) stays on
 // Handle's stack.
 func decodeEvent(data []byte) (event, error) {
 	var e event
@@ -179,7 +179,7 @@ func decodeEvent(data []byte) (event, error) {
 // Handle implements wire.Handler.
 func (s *stream) Handle(c *wire.Call, ev wire.Event) (*provider.Result, error) {
 	var e event
-	if !fastDelta(ev.Data, &e) {
+	if !fastEvent(ev.Data, &e) {
 		var err error
 		if e, err = decodeEvent(ev.Data); err != nil {
 			return nil, fmt.Errorf("anthropic: unreadable %q event: %v", ev.Type, err)

@@ -27,7 +27,19 @@ var fastSeeds = []string{
 	`{"delta": {"text": "reordered", "type": "text_delta"}, "index": 2, "type": "content_block_delta"}`,
 	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x", "extra": [1, {"a": null}]}, "obfuscation": "abc"}`,
 	"{\"type\": \"content_block_delta\", \"index\": 0, \"delta\": {\"type\": \"text_delta\", \"text\": \"bad \xff utf8 \\ud800\"}}",
-	// Declined, or not a delta.
+	// The other events of a stream.
+	`{"type": "message_start", "message": {"id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 25, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 12, "output_tokens": 1, "service_tier": "standard", "server_tool_use": {"web_search_requests": 0}}}}`,
+	`{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}`,
+	`{"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {}}}`,
+	`{"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}`,
+	`{"type": "content_block_start", "index": 2, "content_block": {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"}}`,
+	`{"type": "content_block_stop", "index": 0}`,
+	`{"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence":null}, "usage": {"output_tokens": 15}}`,
+	`{"type": "message_delta", "delta": {"stop_reason": null}, "usage": {"input_tokens": 3, "output_tokens": 15, "cache_read_input_tokens": 0}}`,
+	`{"type": "message_stop"}`,
+	`{"type": "ping"}`,
+	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}, "usage": {}}`,
+	// Declined.
 	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": null}}`,
 	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "TEXT": "x"}}`,
 	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a", "text": "b"}}`,
@@ -37,20 +49,25 @@ var fastSeeds = []string{
 	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}} trailing`,
 	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"},}`,
 	`{"typ\u0065": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}`,
-	`{"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence":null}, "usage": {"output_tokens": 15}}`,
-	`{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}`,
-	`{"type": "ping"}`,
-	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}, "usage": {}}`,
 	`{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x\`,
+	`{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}`,
+	`{"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details": {"type": "refusal"}}}`,
+	`{"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 1.5}}`,
+	`{"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": null}`,
+	`{"type": "message_start", "message": {"usage": {"Input_Tokens": 3}}}`,
+	`{"type": "message_start", "message": null}`,
+	`{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": null}}`,
+	`{"type": "content_block_stop", "index": null}`,
+	`{"type": "unknown_future_event"}`,
 	`[]`, `null`, ``,
 }
 
-// checkFast asserts that fastDelta either declines data or decodes it
+// checkFast asserts that fastEvent either declines data or decodes it
 // exactly as json.Unmarshal does; it reports whether it accepted.
 func checkFast(t *testing.T, data []byte) bool {
 	t.Helper()
 	var got event
-	if !fastDelta(data, &got) {
+	if !fastEvent(data, &got) {
 		return false
 	}
 	var want event
@@ -65,7 +82,7 @@ func checkFast(t *testing.T, data []byte) bool {
 
 func TestFastDelta(t *testing.T) {
 	accept := map[string]bool{}
-	for _, s := range fastSeeds[:9] {
+	for _, s := range fastSeeds[:20] {
 		accept[s] = true
 	}
 	for _, s := range fastSeeds {
@@ -75,9 +92,9 @@ func TestFastDelta(t *testing.T) {
 	}
 }
 
-// TestFastDeltaTakesTheFakesDeltas checks that every content_block_delta
-// the fake provider streams (the documented format) takes the fast path.
-func TestFastDeltaTakesTheFakesDeltas(t *testing.T) {
+// TestFastEventTakesTheFakesEvents checks that every event the fake
+// provider streams (the documented format) takes the fast path.
+func TestFastEventTakesTheFakesEvents(t *testing.T) {
 	a := &providertest.Answer{
 		Thinking: []string{"Let me ", "think"},
 		Text:     []string{"Hello", ", \"world\"\n", "caf\u00e9 😀"},
@@ -85,16 +102,13 @@ func TestFastDeltaTakesTheFakesDeltas(t *testing.T) {
 	}
 	n := 0
 	for _, data := range dataFrames(providertest.Frames(provider.KindAnthropic, "claude-sonnet-4-5", a)) {
-		isDelta := strings.Contains(string(data), `"content_block_delta"`)
-		if got := checkFast(t, data); got != isDelta {
-			t.Errorf("fast path on %s: accepted %v, want %v", data, got, isDelta)
+		if !checkFast(t, data) {
+			t.Errorf("fast path declined %s", data)
 		}
-		if isDelta {
-			n++
-		}
+		n++
 	}
-	if n < 7 {
-		t.Errorf("%d delta frames, want at least 7", n)
+	if n < 14 {
+		t.Errorf("%d frames, want at least 14", n)
 	}
 }
 
@@ -109,9 +123,9 @@ func dataFrames(stream string) [][]byte {
 	return out
 }
 
-// FuzzFastDelta: for any input the fast path declines or gives exactly
+// FuzzFastEvent: for any input the fast path declines or gives exactly
 // json.Unmarshal's event.
-func FuzzFastDelta(f *testing.F) {
+func FuzzFastEvent(f *testing.F) {
 	for _, s := range fastSeeds {
 		f.Add([]byte(s))
 	}
@@ -133,8 +147,8 @@ func TestHandleDeltaAllocations(t *testing.T) {
 		t.Errorf("Handle of a text delta: %v allocations, want at most 1", n)
 	}
 	var e event
-	if n := testing.AllocsPerRun(200, func() { e = event{}; fastDelta(ev.Data, &e) }); n > 1 {
-		t.Errorf("fastDelta of a text delta: %v allocations, want at most 1 (the text)", n)
+	if n := testing.AllocsPerRun(200, func() { e = event{}; fastEvent(ev.Data, &e) }); n > 1 {
+		t.Errorf("fastEvent of a text delta: %v allocations, want at most 1 (the text)", n)
 	}
 }
 
@@ -168,7 +182,7 @@ func BenchmarkHandleDelta(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var e event
-			if !fastDelta(data, &e) {
+			if !fastEvent(data, &e) {
 				b.Fatal("declined")
 			}
 		}
@@ -183,6 +197,42 @@ func BenchmarkHandleDelta(b *testing.B) {
 			}
 			if _, err := s.Handle(nil, ev); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDecodeStream decodes every event of a whole stream (the fake
+// provider's answer of a text, a thinking block and a tool call): with
+// json.Unmarshal for each, and with the fast path (json.Unmarshal for what
+// it declines).
+func BenchmarkDecodeStream(b *testing.B) {
+	a := &providertest.Answer{
+		Thinking: []string{"Let me ", "think"},
+		Text:     []string{"Hello", ", world", "!"},
+		Tools:    []providertest.ToolCall{{Name: "get_weather", Args: []string{`{"location": `, `"Paris"}`}}},
+	}
+	frames := dataFrames(providertest.Frames(provider.KindAnthropic, "claude-sonnet-4-5", a))
+	b.Run("decode=json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, data := range frames {
+				if _, err := decodeEvent(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("decode=fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, data := range frames {
+				var e event
+				if !fastEvent(data, &e) {
+					if _, err := decodeEvent(data); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
 		}
 	})
