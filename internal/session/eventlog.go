@@ -97,8 +97,8 @@ func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()
 	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), base: 1, next: 1}
 }
 
-// publish stamps e with the next seq and the time, stores it and wakes
-// readers. It returns the stamped event.
+// publish stamps e with the next seq and the time, stores it and, unless
+// the log is gated, wakes readers. It returns the stamped event.
 func (l *eventLog) publish(e Event) Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -112,7 +112,11 @@ func (l *eventLog) publish(e Event) Event {
 	e.Seq = l.next
 	e.Time = l.now()
 	l.storeLocked(e)
-	l.wakeLocked()
+	if !l.gated {
+		// A gated log's readers can read it once it is stored: stored
+		// wakes them then (woken now, they would find nothing to read).
+		l.wakeLocked()
+	}
 	return e
 }
 
