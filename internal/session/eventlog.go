@@ -174,18 +174,9 @@ func (l *eventLog) visibleLocked() uint64 {
 	return l.next - 1
 }
 
-// ringStart is the capacity a log's ring starts with.
-const ringStart = 32
-
 // storeLocked stores e, whose seq is next.
 func (l *eventLog) storeLocked(e Event) {
 	if uint64(len(l.ring)) < l.size {
-		if cap(l.ring) == 0 {
-			// A prompt has 25 events or so (its start and end, a message's
-			// three, a delta each few words): one array for them, not six
-			// doubling from one. An idle session's log lets it go (release).
-			l.ring = make([]Event, 0, min(l.size, ringStart))
-		}
 		l.ring = append(l.ring, e)
 	} else {
 		l.ring[(e.Seq-l.base)%l.size] = e
