@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/server/sse"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -116,7 +117,7 @@ func (p *prompter) prompt(via, id string) time.Duration {
 		return grpcPrompt(b, p.ts, id)
 	}
 	req, _ := http.NewRequest("POST", p.ts.base+"/v1/sessions/"+id+":prompt", strings.NewReader(`{"text":"one two three"}`))
-	req.Header.Set("Accept", sseContentType)
+	req.Header.Set("Accept", sse.ContentType)
 	req.Header.Set("Content-Type", "application/json")
 	if via == "gateway" {
 		req.Header.Set(viaHeader, "gateway")
