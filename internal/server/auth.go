@@ -71,7 +71,7 @@ func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (co
 		return withCaller(ctx, caller{tenant: LocalTenant}), nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	// A browser's stream ticket, checked by the HTTP face (see ticket.go).
+	// A browser's stream ticket, checked by the HTTP face (see grant.go).
 	if gctx, ok, err := authenticateGrant(ctx, fullMethod, md); ok {
 		return gctx, err
 	}

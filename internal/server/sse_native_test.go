@@ -661,7 +661,7 @@ func TestSSEFramesUnchanged(t *testing.T) {
 
 // sameFrame reports whether two SSE frames are the same: the same lines but
 // for the data, which is the same JSON tokens (protojson adds random spaces
-// after commas in some builds; appendEventJSON never does).
+// after commas in some builds; sse.AppendEventJSON never does).
 func sameFrame(a, b []byte) bool {
 	pa, da, _ := bytes.Cut(a, []byte("data: "))
 	pb, db, _ := bytes.Cut(b, []byte("data: "))

@@ -163,7 +163,7 @@ func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nati
 //
 //go:noinline
 func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error)) (*sseStream, func()) {
-	sse.SetHeaders(w.Header()) // as sseHeaders
+	sse.SetHeaders(w.Header()) // as sse.Headers
 	// r's context ends when this handler returns: no cancel of its own
 	// (the gateway's was for its gRPC call).
 	ctx := r.Context()

@@ -28,7 +28,8 @@ import (
 //   - CORS for the origins of http.cors.allowed_origins (preflights answered
 //     here, for every REST route);
 //   - stream tickets on GET /v1/sessions/{id}/events (?ticket=, see
-//     ticket.go); a ticket on any other route is UNAUTHENTICATED;
+//     package token and grant.go); a ticket on any other route is
+//     UNAUTHENTICATED;
 //   - a reconnecting EventSource's Last-Event-ID wins over the afterSeq of
 //     the URL it reconnects to;
 //   - POST /v1/sessions/{id}:prompt with Accept: application/json (or

@@ -100,7 +100,7 @@ func (t *Tickets) Verify(ticket, sessionID string) (string, error) {
 	if !ok {
 		return "", ErrTicketInvalid
 	}
-	// The MAC as mint wrote it, byte for byte: base64's decoder would also
+	// The MAC as Mint wrote it, byte for byte: base64's decoder would also
 	// take other spellings of it (a line break inside, other trailing
 	// bits), so that edited tickets would pass.
 	if !hmac.Equal([]byte(sig), []byte(base64.RawURLEncoding.EncodeToString(t.mac(payload)))) {

@@ -74,7 +74,7 @@ func TestTicketAuthority(t *testing.T) {
 func TestGrants(t *testing.T) {
 	g := MakeGrant("team-a", "ses_1")
 	if tenant, sid, err := ParseGrant(g, time.Now()); err != nil || tenant != "team-a" || sid != "ses_1" {
-		t.Fatalf("parseGrant = %q %q %v", tenant, sid, err)
+		t.Fatalf("ParseGrant = %q %q %v", tenant, sid, err)
 	}
 	if _, _, err := ParseGrant(g, time.Now().Add(GrantTTL)); err == nil {
 		t.Fatal("an expired grant passed")
