@@ -523,9 +523,7 @@ func TestNativeSSEDrain(t *testing.T) {
 		e.until("event: message_start")
 		streams = append(streams, p, e)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ts.app.Stop(ctx); err != nil {
+	if err := ts.app.Stop(testkit.ContextFor(t, testkit.StopTimeout)); err != nil {
 		t.Fatal(err)
 	}
 	ends := map[string]string{}

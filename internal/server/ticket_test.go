@@ -21,6 +21,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/server/token"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 type webTestServer struct {
@@ -47,8 +48,7 @@ func startInternal(t *testing.T, yaml string, log *slog.Logger) *webTestServer {
 func TestGrantScopeInGRPC(t *testing.T) {
 	const bearer = "token-team-a-0123456789"
 	ts := startInternal(t, "auth: {tokens: [{token: "+bearer+", tenant: team-a}]}\n", nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t)
 	client := agentdv1.NewAgentServiceClient(ts.conn)
 	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+bearer)
 	s1, err := client.CreateSession(actx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
@@ -140,8 +140,7 @@ func TestTicketsNotLogged(t *testing.T) {
 	var logs syncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ts := startInternal(t, "", log)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testkit.Context(t)
 	post := func(u, body string, h http.Header) []byte {
 		req, _ := http.NewRequestWithContext(ctx, "POST", u, strings.NewReader(body))
 		for k, v := range h {
