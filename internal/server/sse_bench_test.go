@@ -204,7 +204,7 @@ func BenchmarkIdleSSE(b *testing.B) {
 					if via == "gateway" {
 						hdr = viaHeader + ": gateway\r\n"
 					}
-					fmt.Fprintf(conn, "GET /v1/sessions/%s/events?afterSeq=0 HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", id, hdr)
+					fmt.Fprintf(conn, "GET /v1/sessions/%s/events?afterSeq=0 HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s\r\n", id, ts.addr, hdr)
 					var got []byte
 					conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 					for !bytes.Contains(got, []byte("event: prompt_end")) || !bytes.HasSuffix(got, []byte("\n\n\r\n")) {
@@ -215,7 +215,12 @@ func BenchmarkIdleSSE(b *testing.B) {
 						got = append(got, buf[:n]...)
 					}
 				}
-				time.Sleep(200 * time.Millisecond)
+				// Each reader read its stream's replay to its end above (the
+				// client's side of an open stream); the server's side: every
+				// session has its one subscribed reader.
+				for _, id := range ids {
+					ts.waitReaders(b, LocalTenant, id, 1)
+				}
 				g1, h1, s1 := goroutinesAndHeap()
 				b.ReportMetric(float64(g1-g0)/readers, "goroutines/reader")
 				b.ReportMetric(float64(h1-h0)/readers/1024, "heap+stack-KiB/reader")
@@ -290,7 +295,7 @@ func benchFanout(b *testing.B, ts *sseTestServer, via string, readers int) {
 		if via == "gateway" {
 			hdr = viaHeader + ": gateway\r\n"
 		}
-		fmt.Fprintf(conn, "GET /v1/sessions/%s/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", id, hdr)
+		fmt.Fprintf(conn, "GET /v1/sessions/%s/events HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s\r\n", id, ts.addr, hdr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -316,7 +321,9 @@ func benchFanout(b *testing.B, ts *sseTestServer, via string, readers int) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // every reader subscribed
+	// No byte reaches a reader before the first event (its headers go
+	// with it): the stream is open when the session counts its subscriber.
+	ts.waitReaders(b, LocalTenant, id, readers)
 	text := strings.TrimSpace(strings.Repeat("word ", 40))
 	prompt := func(n int) {
 		_, sub, err := sess.Prompt(context.Background(), text)
