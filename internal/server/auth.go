@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/agentd/agentd/internal/server/token"
 )
 
 // LocalTenant owns every session when no tokens are configured.
@@ -69,7 +71,7 @@ func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (co
 		return withCaller(ctx, caller{tenant: LocalTenant}), nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	// A browser's stream ticket, checked by the HTTP face (see ticket.go).
+	// A browser's stream ticket, checked by the HTTP face (see grant.go).
 	if gctx, ok, err := authenticateGrant(ctx, fullMethod, md); ok {
 		return gctx, err
 	}
@@ -118,7 +120,7 @@ func (a *authenticator) check(header string) (caller, error) {
 // costs no buffer. Health checking, reflection and the gateway's ticket
 // grants (checked by the interceptor) pass.
 func (a *authenticator) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if !a.required() || publicMethod(info.FullMethodName) || len(info.Header.Get(streamGrantKey)) > 0 {
+	if !a.required() || publicMethod(info.FullMethodName) || len(info.Header.Get(token.GrantKey)) > 0 {
 		return ctx, nil
 	}
 	vals := info.Header.Get("authorization")

@@ -5,6 +5,7 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/server/convert"
 )
 
 // credentialService implements agentd.v1.CredentialService.
@@ -37,17 +38,17 @@ func ownerFor(ctx context.Context) string {
 func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.CreateCredentialRequest) (*agentdv1.Credential, error) {
 	switch {
 	case req.GetProvider() == "":
-		return nil, invalidArg("provider", "is required")
+		return nil, convert.InvalidArg("provider", "is required")
 	case !c.providers[req.GetProvider()]:
-		return nil, invalidArg("provider", "unknown provider %q", req.GetProvider())
+		return nil, convert.InvalidArg("provider", "unknown provider %q", req.GetProvider())
 	case req.GetSecret() == "":
-		return nil, invalidArg("secret", "is required")
+		return nil, convert.InvalidArg("secret", "is required")
 	case req.GetBankedResets() < 0:
-		return nil, invalidArg("banked_resets", "must be >= 0")
+		return nil, convert.InvalidArg("banked_resets", "must be >= 0")
 	case req.GetId() != "" && !credentialIDRe.MatchString(req.GetId()):
-		return nil, invalidArg("id", "%q must match %s", req.GetId(), credentialIDRe)
+		return nil, convert.InvalidArg("id", "%q must match %s", req.GetId(), credentialIDRe)
 	case req.GetAccount() != "" && !credentialIDRe.MatchString(req.GetAccount()):
-		return nil, invalidArg("account", "%q must match %s", req.GetAccount(), credentialIDRe)
+		return nil, convert.InvalidArg("account", "%q must match %s", req.GetAccount(), credentialIDRe)
 	}
 	info, err := c.store.Add(ctx, credstore.Credential{
 		ID: req.GetId(), Provider: req.GetProvider(), Secret: req.GetSecret(),
@@ -55,35 +56,35 @@ func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.
 		Owner: ownerFor(ctx), Account: req.GetAccount(),
 	})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
-	return credentialToProto(info), nil
+	return convert.CredentialToProto(info), nil
 }
 
 func (c *credentialService) ListCredentials(ctx context.Context, req *agentdv1.ListCredentialsRequest) (*agentdv1.ListCredentialsResponse, error) {
 	if p := req.GetProvider(); p != "" && !c.providers[p] {
-		return nil, invalidArg("provider", "unknown provider %q", p)
+		return nil, convert.InvalidArg("provider", "unknown provider %q", p)
 	}
 	who := callerOf(ctx)
 	resp := &agentdv1.ListCredentialsResponse{}
 	infos, err := c.store.List(ctx, credstore.Filter{Provider: req.GetProvider(), Tenant: who.tenant, All: who.admin})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	for _, i := range infos {
-		resp.Credentials = append(resp.Credentials, credentialToProto(i))
+		resp.Credentials = append(resp.Credentials, convert.CredentialToProto(i))
 	}
 	return resp, nil
 }
 
 func (c *credentialService) DeleteCredential(ctx context.Context, req *agentdv1.DeleteCredentialRequest) (*agentdv1.DeleteCredentialResponse, error) {
 	if req.GetCredentialId() == "" {
-		return nil, invalidArg("credential_id", "is required")
+		return nil, convert.InvalidArg("credential_id", "is required")
 	}
 	// ErrNotFound for another tenant's (the ID is looked up among the
 	// caller's own only), ErrForbidden for a server credential.
 	if err := c.store.Delete(ctx, ownerFor(ctx), req.GetCredentialId()); err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	return &agentdv1.DeleteCredentialResponse{}, nil
 }

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/agentd/agentd/internal/server/convert"
 )
 
 // The HTTP face's guards, in the order they run on every request:
@@ -60,7 +62,7 @@ func newHostGuard(next http.Handler, allowedHosts, allowedOrigins []string) *hos
 func (g *hostGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Host != "" && !g.hostAllowed(r.Host) {
 		writeStatus(w, http.StatusForbidden, status.Newf(codes.PermissionDenied,
-			"Host: %q is not a loopback name or address; without auth.tokens agentd answers only requests for this machine (add the name to http.allowed_hosts)", clip(r.Host)))
+			"Host: %q is not a loopback name or address; without auth.tokens agentd answers only requests for this machine (add the name to http.allowed_hosts)", convert.Clip(r.Host)))
 		return
 	}
 	if stateChanging(r.Method) {
@@ -107,7 +109,7 @@ func (g *hostGuard) browserRefusal(r *http.Request) *status.Status {
 	switch {
 	case origin != "" && !g.originAllowed(origin, r.Host):
 		return status.Newf(codes.PermissionDenied,
-			"Origin: %q may not change anything here; add it to http.cors.allowed_origins to allow it", clip(origin))
+			"Origin: %q may not change anything here; add it to http.cors.allowed_origins to allow it", convert.Clip(origin))
 	case origin == "" && (site == "cross-site" || site == "same-site"):
 		return status.New(codes.PermissionDenied, "Sec-Fetch-Site: a "+site+" request may not change anything here")
 	}
@@ -116,7 +118,7 @@ func (g *hostGuard) browserRefusal(r *http.Request) *status.Status {
 		switch strings.ToLower(mt) {
 		case "", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
 			return status.Newf(codes.PermissionDenied,
-				"Content-Type: %q is not accepted from a browser (any page can send it without asking); send application/json", clip(ct))
+				"Content-Type: %q is not accepted from a browser (any page can send it without asking); send application/json", convert.Clip(ct))
 		}
 	}
 	return nil
@@ -196,20 +198,4 @@ func writeStatus(w http.ResponseWriter, code int, st *status.Status) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
-}
-
-// maxEcho bounds what of a caller's input an error message repeats.
-const maxEcho = 128
-
-// clip is s cut to maxEcho bytes (on a rune boundary) with "…" and the
-// full length when it was longer: an error never echoes a huge input whole.
-func clip(s string) string {
-	if len(s) <= maxEcho {
-		return s
-	}
-	cut := maxEcho
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }

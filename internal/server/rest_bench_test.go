@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/server/sse"
 )
 
 // BenchmarkRESTSession: the per-prompt path over REST, one op after the
@@ -94,7 +96,7 @@ func (p *prompter) sessionOp(via restVia, prompt bool) {
 		b.Fatalf("create: %q (%v)", body, err)
 	}
 	if prompt {
-		rest := p.restCall(via.sse, "POST", "/v1/sessions/"+s.ID+":prompt", `{"text":"one two three"}`, sseContentType)
+		rest := p.restCall(via.sse, "POST", "/v1/sessions/"+s.ID+":prompt", `{"text":"one two three"}`, sse.ContentType)
 		if !bytes.Contains(rest, []byte("event: prompt_end")) {
 			b.Fatalf("no prompt_end: %q", rest)
 		}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/server/convert"
 )
 
 // Native REST. The JSON routes of the per-prompt path, POST /v1/sessions,
@@ -455,7 +456,7 @@ func (a *webAPI) startNative(r *http.Request, sessionID string) (startedEvent, e
 	}
 	req.SessionId = sessionID
 	if req.GetCancelOnDisconnect() {
-		return startedEvent{}, invalidArg("cancel_on_disconnect", "needs a caller that stays: stream the prompt (the start with stream=false answers at once)")
+		return startedEvent{}, convert.InvalidArg("cancel_on_disconnect", "needs a caller that stays: stream the prompt (the start with stream=false answers at once)")
 	}
 	outgoing, _ := metadata.FromOutgoingContext(actx)
 	if err := sendable(actx, outgoing, req); err != nil {
@@ -557,7 +558,7 @@ func (a *webAPI) startPromptViaGRPC(w http.ResponseWriter, r *http.Request, sess
 	}
 	req.SessionId = sessionID
 	if req.GetCancelOnDisconnect() {
-		a.fail(w, r, invalidArg("cancel_on_disconnect", "needs a caller that stays: stream the prompt (the start with stream=false answers at once)"))
+		a.fail(w, r, convert.InvalidArg("cancel_on_disconnect", "needs a caller that stays: stream the prompt (the start with stream=false answers at once)"))
 		return
 	}
 	var ev *agentdv1.Event

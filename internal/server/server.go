@@ -35,6 +35,8 @@ import (
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/credstore"
 	"github.com/agentd/agentd/internal/metrics"
+	"github.com/agentd/agentd/internal/server/sse"
+	"github.com/agentd/agentd/internal/server/token"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/telemetry"
 )
@@ -50,7 +52,7 @@ type Server struct {
 	store         StoreProbe // nil: the memory store
 	replicaID     string
 	refreshGauges func(ctx context.Context)
-	tickets       *ticketAuthority
+	tickets       *token.Tickets
 	auth          *authenticator
 	metrics       *metrics.Metrics
 	registry      *prometheus.Registry
@@ -199,8 +201,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
-	s.tickets = newTicketAuthority(cfg.HTTP.TicketKey, cfg.HTTP.TicketTTLMs.Duration(), s.now)
-	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, pages: newPageTokens(s.tickets.key), drain: s.drain}
+	s.tickets = token.NewTickets(cfg.HTTP.TicketKey, cfg.HTTP.TicketTTLMs.Duration(), s.now)
+	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, pages: s.tickets.Pages(), drain: s.drain}
 	agentdv1.RegisterAgentServiceServer(s.grpcSrv, s.agent)
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})
 	s.health = health.NewServer()
@@ -279,10 +281,10 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
-	sse := &sseMarshaler{JSONPb: jsonpb}
+	events := &sse.Marshaler{JSONPb: jsonpb}
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonpb),
-		runtime.WithMarshalerOption(sseContentType, sse),
+		runtime.WithMarshalerOption(sse.ContentType, events),
 		runtime.WithIncomingHeaderMatcher(func(h string) (string, bool) {
 			switch http.CanonicalHeaderKey(h) {
 			case "Last-Event-Id":
@@ -303,7 +305,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", s.webAPI(gw, sse)) // CORS, auth and body limits, stream tickets, native SSE, heartbeats (web.go)
+	mux.Handle("/v1/", s.webAPI(gw, events)) // CORS, auth and body limits, stream tickets, native SSE, heartbeats (web.go)
 	mountConsole(mux)
 	if s.cfg.Metrics.Listen == "" {
 		mux.Handle("GET /metrics", s.metricsRoute())

@@ -675,9 +675,7 @@ func TestStopEndsStreamsWithFinalEvent(t *testing.T) {
 	if _, err := follow.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if err := ts.app.Stop(stopCtx); err != nil {
+	if err := ts.app.Stop(testkit.ContextFor(t, testkit.StopTimeout)); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	rest := collect(t, stream)

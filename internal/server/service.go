@@ -14,6 +14,8 @@ import (
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/server/convert"
+	"github.com/agentd/agentd/internal/server/token"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -21,8 +23,8 @@ import (
 type agentService struct {
 	agentdv1.UnimplementedAgentServiceServer
 	sessions *session.Manager
-	tickets  *ticketAuthority
-	pages    *pageTokens
+	tickets  *token.Tickets
+	pages    *token.Pages
 	drain    context.Context // done when the server drains
 }
 
@@ -38,23 +40,23 @@ func (a *agentService) session(ctx context.Context, id string) (*session.Session
 // lookup finds the caller's session id with get (Get, or GetToPrompt).
 func (a *agentService) lookup(ctx context.Context, id string, get func(ctx context.Context, tenant, id string) (*session.Session, error)) (*session.Session, error) {
 	if id == "" {
-		return nil, invalidArg("session_id", "is required")
+		return nil, convert.InvalidArg("session_id", "is required")
 	}
 	s, err := get(ctx, tenantOf(ctx), id)
-	return s, toStatus(err)
+	return s, convert.ToStatus(err)
 }
 
 func (a *agentService) CreateSession(ctx context.Context, req *agentdv1.CreateSessionRequest) (*agentdv1.Session, error) {
-	overrides, err := overridesFromProto(req.GetRetry())
+	overrides, err := convert.OverridesFromProto(req.GetRetry())
 	if err != nil {
 		return nil, err
 	}
-	tools, err := toolsFromProto(req.GetTools())
+	tools, err := convert.ToolsFromProto(req.GetTools())
 	if err != nil {
 		return nil, err
 	}
 	var params provider.Params
-	if p, err := paramsFromProto(req.GetParams()); err != nil {
+	if p, err := convert.ParamsFromProto(req.GetParams()); err != nil {
 		return nil, err
 	} else if p != nil {
 		params = *p
@@ -64,9 +66,9 @@ func (a *agentService) CreateSession(ctx context.Context, req *agentdv1.CreateSe
 		Retry: overrides, Tools: tools, Params: params,
 	})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
-	return sessionToProto(s.State()), nil
+	return convert.SessionToProto(s.State()), nil
 }
 
 func (a *agentService) GetSession(ctx context.Context, req *agentdv1.GetSessionRequest) (*agentdv1.Session, error) {
@@ -76,9 +78,9 @@ func (a *agentService) GetSession(ctx context.Context, req *agentdv1.GetSessionR
 	}
 	st, err := s.Snapshot(ctx)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
-	return sessionToProto(st), nil
+	return convert.SessionToProto(st), nil
 }
 
 const (
@@ -89,7 +91,7 @@ const (
 func pageSize(field string, n int32, def int) (int, error) {
 	switch {
 	case n < 0:
-		return 0, invalidArg(field, "must be >= 0, got %d", n)
+		return 0, convert.InvalidArg(field, "must be >= 0, got %d", n)
 	case n == 0:
 		return def, nil
 	default:
@@ -109,16 +111,16 @@ func (a *agentService) ListSessions(ctx context.Context, req *agentdv1.ListSessi
 	}
 	list, next, err := a.sessions.List(ctx, tenant, n, after)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	resp := &agentdv1.ListSessionsResponse{}
 	size := 0
 	for i, s := range list {
 		st, err := s.Snapshot(ctx)
 		if err != nil {
-			return nil, toStatus(err)
+			return nil, convert.ToStatus(err)
 		}
-		p := sessionToProto(st)
+		p := convert.SessionToProto(st)
 		if sz := proto.Size(p); i > 0 && size+sz > maxPageBytes {
 			next = session.PageTokenAfter(list[i-1])
 			break
@@ -127,7 +129,7 @@ func (a *agentService) ListSessions(ctx context.Context, req *agentdv1.ListSessi
 		}
 		resp.Sessions = append(resp.Sessions, p)
 	}
-	resp.NextPageToken = a.pages.seal(tenant, "sessions", next)
+	resp.NextPageToken = a.pages.Seal(tenant, "sessions", next)
 	return resp, nil
 }
 
@@ -136,9 +138,9 @@ func (a *agentService) openPage(tenant, listing, token string) (string, error) {
 	if token == "" {
 		return "", nil
 	}
-	raw, ok := a.pages.open(tenant, listing, token)
+	raw, ok := a.pages.Open(tenant, listing, token)
 	if !ok {
-		return "", invalidArg("page_token", "%q is not a token this server issued for this listing", clip(token))
+		return "", convert.InvalidArg("page_token", "%q is not a token this server issued for this listing", convert.Clip(token))
 	}
 	return raw, nil
 }
@@ -148,7 +150,7 @@ func (a *agentService) DeleteSession(ctx context.Context, req *agentdv1.DeleteSe
 		return nil, err
 	}
 	if err := a.sessions.Delete(ctx, tenantOf(ctx), req.GetSessionId()); err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	return &agentdv1.DeleteSessionResponse{}, nil
 }
@@ -159,13 +161,13 @@ func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStr
 	if err != nil {
 		return err
 	}
-	params, err := paramsFromProto(req.GetParams())
+	params, err := convert.ParamsFromProto(req.GetParams())
 	if err != nil {
 		return err
 	}
 	promptID, sub, err := s.PromptWith(ctx, req.GetText(), session.PromptOptions{Params: params})
 	if err != nil {
-		return toStatus(err)
+		return convert.ToStatus(err)
 	}
 	defer sub.Close()
 	// The stream ends with this prompt's prompt_end. A client that goes away
@@ -232,6 +234,10 @@ func (a *agentService) subscribe(ctx context.Context, req *agentdv1.StreamEvents
 	return sub, err
 }
 
+// lastEventIDKey is the metadata the gateway forwards an SSE reconnect's
+// Last-Event-ID header as.
+const lastEventIDKey = "last-event-id"
+
 //go:noinline
 func (a *agentService) subscribeHere(ctx context.Context, req *agentdv1.StreamEventsRequest) (*session.Subscription, error) {
 	s, err := a.session(ctx, req.GetSessionId())
@@ -245,7 +251,7 @@ func (a *agentService) subscribeHere(ctx context.Context, req *agentdv1.StreamEv
 			if v := md.Get(lastEventIDKey); len(v) > 0 && v[0] != "" {
 				n, err := strconv.ParseUint(strings.TrimSpace(v[0]), 10, 64)
 				if err != nil {
-					return nil, invalidArg("Last-Event-ID", "%q is not an event seq", v[0])
+					return nil, convert.InvalidArg("Last-Event-ID", "%q is not an event seq", v[0])
 				}
 				after = n
 			}
@@ -255,9 +261,9 @@ func (a *agentService) subscribeHere(ctx context.Context, req *agentdv1.StreamEv
 	if err != nil {
 		var dropped *session.DroppedError
 		if errors.As(err, &dropped) || errors.Is(err, session.ErrUnavailable) {
-			return nil, toStatus(err)
+			return nil, convert.ToStatus(err)
 		}
-		return nil, invalidArg("after_seq", "%v", err)
+		return nil, convert.InvalidArg("after_seq", "%v", err)
 	}
 	return sub, nil
 }
@@ -287,7 +293,7 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 		case err != nil && ctx.Err() != nil && stream.Context().Err() == nil:
 			return status.Error(codes.Unavailable, "server is shutting down; resume with after_seq")
 		case err != nil:
-			return toStatus(err)
+			return convert.ToStatus(err)
 		}
 		if sse != nil {
 			// Through the interceptors' stream (metrics count it) to the
@@ -295,7 +301,7 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 			sse.ev = *e
 			err = stream.SendMsg(&sse.ev)
 		} else {
-			err = stream.Send(eventToProto(e))
+			err = stream.Send(convert.EventToProto(e))
 		}
 		if err != nil {
 			return err
@@ -312,7 +318,7 @@ func (a *agentService) Abort(ctx context.Context, req *agentdv1.AbortRequest) (*
 		return nil, err
 	}
 	if err := s.Abort(ctx); err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	return &agentdv1.AbortResponse{}, nil
 }
@@ -323,7 +329,7 @@ func (a *agentService) AbortRetry(ctx context.Context, req *agentdv1.AbortRetryR
 		return nil, err
 	}
 	if err := s.AbortRetry(ctx); err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	return &agentdv1.AbortRetryResponse{}, nil
 }
@@ -334,7 +340,7 @@ func (a *agentService) SetAutoRetry(ctx context.Context, req *agentdv1.SetAutoRe
 		return nil, err
 	}
 	if err := s.SetAutoRetry(ctx, req.GetEnabled()); err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	return &agentdv1.SetAutoRetryResponse{Enabled: req.GetEnabled()}, nil
 }
@@ -357,18 +363,18 @@ func (a *agentService) ListMessages(ctx context.Context, req *agentdv1.ListMessa
 	if raw != "" {
 		v, err := strconv.Atoi(strings.TrimPrefix(raw, "m"))
 		if err != nil || v < 0 || !strings.HasPrefix(raw, "m") {
-			return nil, invalidArg("page_token", "is not a token this server issued for this listing")
+			return nil, convert.InvalidArg("page_token", "is not a token this server issued for this listing")
 		}
 		offset = v
 	}
 	entries, total, err := s.Messages(ctx, offset, n)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	resp := &agentdv1.ListMessagesResponse{}
 	size := 0
 	for i, e := range entries {
-		p := entryToProto(e)
+		p := convert.EntryToProto(e)
 		if sz := proto.Size(p); i > 0 && size+sz > maxPageBytes {
 			break
 		} else {
@@ -377,7 +383,7 @@ func (a *agentService) ListMessages(ctx context.Context, req *agentdv1.ListMessa
 		resp.Messages = append(resp.Messages, p)
 	}
 	if len(resp.Messages) < total-offset {
-		resp.NextPageToken = a.pages.seal(tenant, listing, session.MessagesTokenAfter(offset, len(resp.Messages)))
+		resp.NextPageToken = a.pages.Seal(tenant, listing, session.MessagesTokenAfter(offset, len(resp.Messages)))
 	}
 	return resp, nil
 }
@@ -392,7 +398,7 @@ func (a *agentService) SubmitToolResults(ctx context.Context, req *agentdv1.Subm
 		results = append(results, session.ToolResult{CallID: r.GetCallId(), Content: r.GetContent(), IsError: r.GetIsError()})
 	}
 	if err := s.SubmitToolResults(ctx, results); err != nil {
-		return nil, toStatus(err)
+		return nil, convert.ToStatus(err)
 	}
 	return &agentdv1.SubmitToolResultsResponse{}, nil
 }

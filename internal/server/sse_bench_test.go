@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/server/sse"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -116,7 +117,7 @@ func (p *prompter) prompt(via, id string) time.Duration {
 		return grpcPrompt(b, p.ts, id)
 	}
 	req, _ := http.NewRequest("POST", p.ts.base+"/v1/sessions/"+id+":prompt", strings.NewReader(`{"text":"one two three"}`))
-	req.Header.Set("Accept", sseContentType)
+	req.Header.Set("Accept", sse.ContentType)
 	req.Header.Set("Content-Type", "application/json")
 	if via == "gateway" {
 		req.Header.Set(viaHeader, "gateway")
@@ -203,7 +204,7 @@ func BenchmarkIdleSSE(b *testing.B) {
 					if via == "gateway" {
 						hdr = viaHeader + ": gateway\r\n"
 					}
-					fmt.Fprintf(conn, "GET /v1/sessions/%s/events?afterSeq=0 HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", id, hdr)
+					fmt.Fprintf(conn, "GET /v1/sessions/%s/events?afterSeq=0 HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s\r\n", id, ts.addr, hdr)
 					var got []byte
 					conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 					for !bytes.Contains(got, []byte("event: prompt_end")) || !bytes.HasSuffix(got, []byte("\n\n\r\n")) {
@@ -214,7 +215,12 @@ func BenchmarkIdleSSE(b *testing.B) {
 						got = append(got, buf[:n]...)
 					}
 				}
-				time.Sleep(200 * time.Millisecond)
+				// Each reader read its stream's replay to its end above (the
+				// client's side of an open stream); the server's side: every
+				// session has its one subscribed reader.
+				for _, id := range ids {
+					ts.waitReaders(b, LocalTenant, id, 1)
+				}
 				g1, h1, s1 := goroutinesAndHeap()
 				b.ReportMetric(float64(g1-g0)/readers, "goroutines/reader")
 				b.ReportMetric(float64(h1-h0)/readers/1024, "heap+stack-KiB/reader")
@@ -289,7 +295,7 @@ func benchFanout(b *testing.B, ts *sseTestServer, via string, readers int) {
 		if via == "gateway" {
 			hdr = viaHeader + ": gateway\r\n"
 		}
-		fmt.Fprintf(conn, "GET /v1/sessions/%s/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", id, hdr)
+		fmt.Fprintf(conn, "GET /v1/sessions/%s/events HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s\r\n", id, ts.addr, hdr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -315,7 +321,9 @@ func benchFanout(b *testing.B, ts *sseTestServer, via string, readers int) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // every reader subscribed
+	// No byte reaches a reader before the first event (its headers go
+	// with it): the stream is open when the session counts its subscriber.
+	ts.waitReaders(b, LocalTenant, id, readers)
 	text := strings.TrimSpace(strings.Repeat("word ", 40))
 	prompt := func(n int) {
 		_, sub, err := sess.Prompt(context.Background(), text)

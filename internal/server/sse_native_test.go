@@ -25,6 +25,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/server/convert"
+	"github.com/agentd/agentd/internal/server/sse"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/telemetry"
 	"github.com/agentd/agentd/internal/testkit"
@@ -521,9 +523,7 @@ func TestNativeSSEDrain(t *testing.T) {
 		e.until("event: message_start")
 		streams = append(streams, p, e)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := ts.app.Stop(ctx); err != nil {
+	if err := ts.app.Stop(testkit.ContextFor(t, testkit.StopTimeout)); err != nil {
 		t.Fatal(err)
 	}
 	ends := map[string]string{}
@@ -552,7 +552,7 @@ func TestNativeSSEDrain(t *testing.T) {
 
 // legacyMarshal is the SSE marshaler's Marshal before the native routes
 // (b4c04f1), the reference for the bytes of a frame.
-func legacyMarshal(m *sseMarshaler, v any) ([]byte, error) {
+func legacyMarshal(m *sse.Marshaler, v any) ([]byte, error) {
 	var b bytes.Buffer
 	switch chunk := v.(type) {
 	case map[string]any:
@@ -594,8 +594,8 @@ func legacyWriteData(b *bytes.Buffer, data []byte) {
 	}
 }
 
-func testMarshaler() *sseMarshaler {
-	return &sseMarshaler{JSONPb: gwruntime.JSONPb{
+func testMarshaler() *sse.Marshaler {
+	return &sse.Marshaler{JSONPb: gwruntime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}}
@@ -624,7 +624,7 @@ func TestSSEFramesUnchanged(t *testing.T) {
 	evs = append(evs, session.Event{Seq: 1 << 62, Type: session.EventMessageUpdate}) // zero values
 	s := &sseStream{m: m}
 	for _, e := range evs {
-		pe := eventToProto(&e)
+		pe := convert.EventToProto(&e)
 		want, err := legacyMarshal(m, map[string]any{"result": pe})
 		if err != nil {
 			t.Fatal(err)
@@ -659,7 +659,7 @@ func TestSSEFramesUnchanged(t *testing.T) {
 
 // sameFrame reports whether two SSE frames are the same: the same lines but
 // for the data, which is the same JSON tokens (protojson adds random spaces
-// after commas in some builds; appendEventJSON never does).
+// after commas in some builds; sse.AppendEventJSON never does).
 func sameFrame(a, b []byte) bool {
 	pa, da, _ := bytes.Cut(a, []byte("data: "))
 	pb, db, _ := bytes.Cut(b, []byte("data: "))

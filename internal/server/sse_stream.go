@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/server/convert"
+	"github.com/agentd/agentd/internal/server/sse"
 	"github.com/agentd/agentd/internal/session"
 )
 
@@ -101,7 +103,7 @@ func (a *webAPI) nativeSSE(r *http.Request) (runtime.Marshaler, bool) {
 		return nil, false
 	}
 	inbound, outbound := runtime.MarshalerForRequest(a.gw, r)
-	if m, ok := outbound.(*sseMarshaler); !ok || m != a.sse {
+	if m, ok := outbound.(*sse.Marshaler); !ok || m != a.sse {
 		return nil, false
 	}
 	if a.viaGateway != nil && a.viaGateway(r) {
@@ -161,7 +163,7 @@ func (a *webAPI) serveNative(w http.ResponseWriter, r *http.Request, route *nati
 //
 //go:noinline
 func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *nativeRoute, read func() (proto.Message, error)) (*sseStream, func()) {
-	setSSEHeaders(w.Header()) // as sseHeaders
+	sse.SetHeaders(w.Header()) // as sse.Headers
 	// r's context ends when this handler returns: no cancel of its own
 	// (the gateway's was for its gRPC call).
 	ctx := r.Context()
@@ -217,7 +219,7 @@ type sseStream struct {
 	ctx       context.Context
 	w         http.ResponseWriter
 	rc        *http.ResponseController
-	m         *sseMarshaler
+	m         *sse.Marshaler
 	req       proto.Message // until RecvMsg takes it
 	maxRecv   int64         // the gRPC server's receive limit
 	heartbeat time.Duration
@@ -274,7 +276,7 @@ func (s *sseStream) SendMsg(m any) error {
 		// gRPC response's header metadata that the gateway forwarded.
 		h := s.w.Header()
 		h.Set("Grpc-Metadata-Content-Type", "application/grpc")
-		h.Set("Content-Type", sseContentType)
+		h.Set("Content-Type", sse.ContentType)
 		s.committed = true
 	}
 	return s.write(frame, true)
@@ -290,11 +292,11 @@ func (s *sseStream) sessionFrame(e *session.Event) ([]byte, error) {
 		return f, nil
 	}
 	if !s.shared.active() {
-		frame, err := s.frame(s.buf[:0], eventToProto(e))
+		frame, err := s.frame(s.buf[:0], convert.EventToProto(e))
 		s.buf = frame
 		return frame, err
 	}
-	frame, err := s.frame(nil, eventToProto(e))
+	frame, err := s.frame(nil, convert.EventToProto(e))
 	if err == nil {
 		s.shared.store(e, frame)
 	}
@@ -303,7 +305,7 @@ func (s *sseStream) sessionFrame(e *session.Event) ([]byte, error) {
 
 // frame appends ev's frame and its delimiter to dst.
 func (s *sseStream) frame(dst []byte, ev *agentdv1.Event) ([]byte, error) {
-	frame, err := s.m.appendEvent(dst, ev)
+	frame, err := s.m.AppendEvent(dst, ev)
 	if err != nil {
 		// The gRPC server refused to encode it first (a string that is not
 		// UTF-8), with this error.
@@ -312,7 +314,7 @@ func (s *sseStream) frame(dst []byte, ev *agentdv1.Event) ([]byte, error) {
 		}
 		return nil, err
 	}
-	return append(frame, sseDelimiter...), nil
+	return append(frame, sse.Delimiter...), nil
 }
 
 // write writes p and flushes it, unless more frames of the same burst
@@ -337,7 +339,7 @@ func (s *sseStream) write(p []byte, frame bool) error {
 
 func (s *sseStream) writeOut(p []byte, frame, flush bool) error {
 	if frame {
-		n := len(p) - len(sseDelimiter)
+		n := len(p) - len(sse.Delimiter)
 		if _, err := s.w.Write(p[:n]); err != nil {
 			return clientGone(err)
 		}
@@ -365,7 +367,7 @@ func clientGone(err error) error {
 // heartbeatWriter does.
 func (s *sseStream) ping() error {
 	if !s.committed {
-		s.w.Header().Set("Content-Type", sseContentType)
+		s.w.Header().Set("Content-Type", sse.ContentType)
 		s.w.WriteHeader(http.StatusOK)
 		s.committed = true
 	}
@@ -420,16 +422,16 @@ func (s *sseStream) finish(err error) {
 	// gateway's client received it.
 	st, _ := overTheWire(err)
 	if !s.committed {
-		s.w.Header().Set("Content-Type", sseContentType)
+		s.w.Header().Set("Content-Type", sse.ContentType)
 		s.w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
 		s.committed = true
 	}
-	frame, merr := s.m.appendError(s.buf[:0], st.Proto())
+	frame, merr := s.m.AppendError(s.buf[:0], st.Proto())
 	if merr != nil {
 		return
 	}
 	if _, err := s.w.Write(frame); err == nil {
-		_, _ = s.w.Write(sseDelimiter)
+		_, _ = s.w.Write(sse.Delimiter)
 	}
 }
 

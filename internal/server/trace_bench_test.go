@@ -13,6 +13,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/agentd/agentd/internal/server/sse"
 	"github.com/agentd/agentd/internal/telemetry"
 	"github.com/agentd/agentd/internal/telemetry/otlptest"
 )
@@ -89,7 +90,7 @@ func BenchmarkSSEPromptTracing(b *testing.B) {
 func ssePromptText(b *testing.B, p *prompter, id, text string) {
 	body, _ := json.Marshal(map[string]string{"text": text})
 	req, _ := http.NewRequest("POST", p.ts.base+"/v1/sessions/"+id+":prompt", bytes.NewReader(body))
-	req.Header.Set("Accept", sseContentType)
+	req.Header.Set("Accept", sse.ContentType)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := p.client.Do(req)
 	if err != nil {

@@ -3,9 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
-	"embed"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -18,6 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/agentd/agentd/internal/server/console"
+	"github.com/agentd/agentd/internal/server/convert"
+	"github.com/agentd/agentd/internal/server/sse"
+	"github.com/agentd/agentd/internal/server/token"
 )
 
 // The HTTP face for web frontends, around the gateway:
@@ -25,7 +28,8 @@ import (
 //   - CORS for the origins of http.cors.allowed_origins (preflights answered
 //     here, for every REST route);
 //   - stream tickets on GET /v1/sessions/{id}/events (?ticket=, see
-//     ticket.go); a ticket on any other route is UNAUTHENTICATED;
+//     package token and grant.go); a ticket on any other route is
+//     UNAUTHENTICATED;
 //   - a reconnecting EventSource's Last-Event-ID wins over the afterSeq of
 //     the URL it reconnects to;
 //   - POST /v1/sessions/{id}:prompt with Accept: application/json (or
@@ -46,14 +50,14 @@ type webAPI struct {
 	gw        *runtime.ServeMux
 	conn      grpc.ClientConnInterface
 	json      runtime.Marshaler
-	tickets   *ticketAuthority
+	tickets   *token.Tickets
 	heartbeat time.Duration
 	anyOrigin bool
 	origins   map[string]bool
 	next      http.Handler // the gateway, SSE headers set
 
 	// The native SSE routes (sse_stream.go).
-	sse   *sseMarshaler // the gateway's SSE marshaler
+	sse   *sse.Marshaler // the gateway's SSE marshaler
 	agent *agentService
 	// The native routes' handlers, within the gRPC server's stream
 	// interceptors.
@@ -72,13 +76,13 @@ type webAPI struct {
 	bodyTimeout time.Duration // limits.body_timeout_ms
 }
 
-// webAPI wraps the gateway gw for browsers; sse is its SSE marshaler.
-func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
+// webAPI wraps the gateway gw for browsers; events is its SSE marshaler.
+func (s *Server) webAPI(gw *runtime.ServeMux, events *sse.Marshaler) http.Handler {
 	hc := s.cfg.HTTP
 	_, jsonOut := runtime.MarshalerForRequest(gw, &http.Request{Header: http.Header{}})
 	a := &webAPI{gw: gw, conn: s.gwConn, json: jsonOut, tickets: s.tickets,
 		heartbeat: hc.SSEHeartbeatMs.Duration(), origins: map[string]bool{},
-		sse: sse, agent: s.agent, frames: newFrameCache(), viaGateway: s.viaGateway,
+		sse: events, agent: s.agent, frames: newFrameCache(), viaGateway: s.viaGateway,
 		auth: s.auth, maxBody: s.cfg.Limits.MaxRequestBytes, bodyTimeout: s.cfg.Limits.BodyTimeoutMs.Duration(),
 		promptHandler: s.streamInterceptors.bind(promptRoute.info, promptRoute.handler),
 		eventsHandler: s.streamInterceptors.bind(eventsRoute.info, eventsRoute.handler),
@@ -92,8 +96,8 @@ func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
 		}
 		a.origins[o] = true
 	}
-	a.next = sseHeaders(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if wantsSSE(r) {
+	a.next = sse.Headers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sse.Wanted(r) {
 			hw := newHeartbeatWriter(w, a.heartbeat)
 			defer hw.finish()
 			w = hw
@@ -107,7 +111,7 @@ func (s *Server) webAPI(gw *runtime.ServeMux, sse *sseMarshaler) http.Handler {
 // the grant of a checked stream ticket.
 func grantMetadata(_ context.Context, r *http.Request) metadata.MD {
 	if g, ok := r.Context().Value(grantCtxKey{}).(string); ok {
-		return metadata.Pairs(streamGrantKey, g)
+		return metadata.Pairs(token.GrantKey, g)
 	}
 	return nil
 }
@@ -164,7 +168,7 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 	}
 	// Only this handler hands out grants.
 	for k := range r.Header {
-		if strings.HasSuffix(strings.ToLower(k), streamGrantKey) {
+		if strings.HasSuffix(strings.ToLower(k), token.GrantKey) {
 			r.Header.Del(k)
 		}
 	}
@@ -188,13 +192,13 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 			a.fail(w, r, status.Error(codes.Unauthenticated, "a stream ticket is accepted only on GET /v1/sessions/{session_id}/events"))
 			return webRoute{kind: routeDone}
 		}
-		tenant, err := a.tickets.verify(ticketParam(q), eventsID)
+		tenant, err := a.tickets.Verify(ticketParam(q), eventsID)
 		if err != nil {
 			a.fail(w, r, status.Error(codes.Unauthenticated, err.Error()))
 			return webRoute{kind: routeDone}
 		}
 		q.Del("ticket")
-		r = withQuery(r.WithContext(context.WithValue(r.Context(), grantCtxKey{}, makeGrant(tenant, eventsID))), q)
+		r = withQuery(r.WithContext(context.WithValue(r.Context(), grantCtxKey{}, token.MakeGrant(tenant, eventsID))), q)
 	}
 	if isEvents {
 		resumed, err := resumeFromLastEventID(r)
@@ -323,7 +327,7 @@ func resumeFromLastEventID(r *http.Request) (*http.Request, error) {
 	}
 	last, err := strconv.ParseUint(strings.TrimSpace(header), 10, 64)
 	if err != nil {
-		return nil, invalidArg("Last-Event-ID", "%q is not an event seq", header)
+		return nil, convert.InvalidArg("Last-Event-ID", "%q is not an event seq", header)
 	}
 	q := r.URL.Query()
 	changed, inURL := false, false
@@ -362,7 +366,7 @@ func promptStartWanted(r *http.Request) (bool, error) {
 			return false, status.Errorf(codes.InvalidArgument, "stream: %q is not true or false", q.Get("stream"))
 		}
 	}
-	if wantsSSE(r) {
+	if sse.Wanted(r) {
 		return false, nil
 	}
 	for _, v := range r.Header.Values("Accept") {
@@ -514,7 +518,7 @@ func (w *heartbeatWriter) tick() (time.Duration, bool) {
 	}
 	if !w.committed {
 		w.committed, w.pinged = true, true
-		w.rw.Header().Set("Content-Type", sseContentType)
+		w.rw.Header().Set("Content-Type", sse.ContentType)
 		w.rw.WriteHeader(http.StatusOK)
 	}
 	if _, err := io.WriteString(w.rw, ": ping\n\n"); err != nil {
@@ -547,36 +551,15 @@ func (w *heartbeatWriter) finish() {
 	case w.errBody != nil && w.errBody.Len() > 0:
 		var b bytes.Buffer
 		b.WriteString("event: error\n")
-		writeData(&b, bytes.TrimSpace(w.errBody.Bytes()))
+		sse.WriteData(&b, bytes.TrimSpace(w.errBody.Bytes()))
 		b.WriteString("\n\n")
 		_, _ = w.rw.Write(b.Bytes()) // a failed write: the client is gone
 		_ = http.NewResponseController(w.rw).Flush()
 	}
 }
 
-//go:embed console
-var consoleFiles embed.FS
-
-// consoleHandler serves the web console's static files.
-func consoleHandler() http.Handler {
-	sub, err := fs.Sub(consoleFiles, "console")
-	if err != nil {
-		panic(err) // the directory is embedded at build time
-	}
-	files := http.StripPrefix("/console/", http.FileServerFS(sub))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
-			"connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Cache-Control", "no-cache")
-		files.ServeHTTP(w, r)
-	})
-}
-
 // mountConsole serves the console at /console/.
 func mountConsole(mux *http.ServeMux) {
-	mux.Handle("GET /console/", consoleHandler())
+	mux.Handle("GET /console/", http.StripPrefix("/console/", console.Handler()))
 	mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 }

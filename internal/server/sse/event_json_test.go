@@ -1,19 +1,26 @@
-package server
+package sse
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/server/convert"
 	"github.com/agentd/agentd/internal/session"
 )
 
-// appendEventJSON writes what protojson writes (the same tokens) for the
+// AppendEventJSON writes what protojson writes (the same tokens) for the
 // events it takes, and declines everything else: random strings (control
 // characters, quotes, backslashes, every size of UTF-8, invalid bytes),
 // times at every precision and at the range's ends, every event type.
@@ -84,7 +91,7 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			e.RetryCostUSD = &costs[rng.IntN(len(costs))]
 		}
-		pe := eventToProto(&e)
+		pe := convert.EventToProto(&e)
 		if i%7 == 0 {
 			pe.Type = str() // any type string with any payload
 		}
@@ -95,7 +102,7 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 			pe.Time = &timestamppb.Timestamp{Seconds: 1, Nanos: -1}
 		}
 		want, werr := m.JSONPb.Marshal(pe)
-		got, ok := appendEventJSON([]byte("prefix"), pe)
+		got, ok := AppendEventJSON([]byte("prefix"), pe)
 		if !strings.HasPrefix(string(got), "prefix") {
 			t.Fatalf("%q: prefix lost", got)
 		}
@@ -128,17 +135,16 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 	}
 }
 
-// BenchmarkEventFrame: one message_update's SSE frame, on the fast path
-// and through protojson.
+// BenchmarkEventFrame: one message_update's SSE frame (without its
+// delimiter), on the fast path and through protojson.
 func BenchmarkEventFrame(b *testing.B) {
 	m := testMarshaler()
 	e := session.Event{SessionID: "ses_0123456789abcdef", Seq: 42, Time: time.Now(), Type: session.EventMessageUpdate,
 		PromptID: "prm_0123456789abcdef", TextDelta: "hello world "}
 	b.Run("fast", func(b *testing.B) {
-		s := &sseStream{m: m}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := s.frame(nil, eventToProto(&e)); err != nil {
+			if _, err := m.AppendEvent(nil, convert.EventToProto(&e)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -146,9 +152,34 @@ func BenchmarkEventFrame(b *testing.B) {
 	b.Run("protojson", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := m.appendJSONData(nil, eventToProto(&e)); err != nil {
+			if _, err := m.appendJSONData(nil, convert.EventToProto(&e)); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+}
+
+func testMarshaler() *Marshaler {
+	return &Marshaler{JSONPb: gwruntime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}}
+}
+
+// jsonTokens lists the JSON tokens of data as text ("!" and the error when
+// it is not JSON).
+func jsonTokens(data []byte) []string {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var out []string
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			return append(out, "!"+err.Error())
+		}
+		out = append(out, fmt.Sprintf("%T:%v", tok, tok))
+	}
 }

@@ -1,4 +1,9 @@
-package server
+// Package convert maps between the session engine's types and the API's:
+// sessions, events, history entries, credentials, retry settings, tools and
+// model parameters, and the engine's errors onto gRPC status codes. The
+// mappings from requests fail with INVALID_ARGUMENT naming the field
+// (InvalidArg), whose messages never echo a huge input whole (Clip).
+package convert
 
 import (
 	"encoding/json"
@@ -18,9 +23,9 @@ import (
 	"github.com/agentd/agentd/internal/session"
 )
 
-// toStatus maps the session engine's errors onto gRPC status codes, in one
+// ToStatus maps the session engine's errors onto gRPC status codes, in one
 // place. Messages are safe to show: they never carry secrets.
-func toStatus(err error) error {
+func ToStatus(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -61,18 +66,19 @@ func toStatus(err error) error {
 	}
 }
 
-// invalidArg is INVALID_ARGUMENT naming field; string args are clipped
+// InvalidArg is INVALID_ARGUMENT naming field; string args are clipped
 // (a huge input is never echoed whole).
-func invalidArg(field, format string, args ...any) error {
+func InvalidArg(field, format string, args ...any) error {
 	for i, a := range args {
 		if s, ok := a.(string); ok {
-			args[i] = clip(s)
+			args[i] = Clip(s)
 		}
 	}
 	return status.Error(codes.InvalidArgument, field+": "+fmt.Sprintf(format, args...))
 }
 
-func sessionToProto(st session.State) *agentdv1.Session {
+// SessionToProto maps a session's state onto the API's Session.
+func SessionToProto(st session.State) *agentdv1.Session {
 	out := &agentdv1.Session{
 		Id: st.ID, Tenant: st.Tenant, Model: st.Model, PrimaryModel: st.PrimaryModel, Role: st.Role,
 		SystemPrompt: st.SystemPrompt, Status: st.Status, IsRetrying: st.IsRetrying,
@@ -115,7 +121,9 @@ func settingsToProto(s retry.Settings) *agentdv1.RetrySettings {
 	return out
 }
 
-func overridesFromProto(r *agentdv1.RetrySettings) (session.RetryOverrides, error) {
+// OverridesFromProto maps a request's retry settings onto the session's
+// overrides (nil: none).
+func OverridesFromProto(r *agentdv1.RetrySettings) (session.RetryOverrides, error) {
 	var o session.RetryOverrides
 	if r == nil {
 		return o, nil
@@ -126,20 +134,20 @@ func overridesFromProto(r *agentdv1.RetrySettings) (session.RetryOverrides, erro
 	if r.MaxRetries != nil {
 		n := int(*r.MaxRetries)
 		if n < 0 {
-			return o, invalidArg("retry.max_retries", "must be >= 0, got %d", n)
+			return o, InvalidArg("retry.max_retries", "must be >= 0, got %d", n)
 		}
 		o.MaxRetries = &n
 	}
 	if r.BaseDelayMs != nil {
 		if *r.BaseDelayMs < 0 || *r.BaseDelayMs > int64(time.Hour/time.Millisecond) {
-			return o, invalidArg("retry.base_delay_ms", "must be between 0 and 3600000, got %d", *r.BaseDelayMs)
+			return o, InvalidArg("retry.base_delay_ms", "must be between 0 and 3600000, got %d", *r.BaseDelayMs)
 		}
 		d := time.Duration(*r.BaseDelayMs) * time.Millisecond
 		o.BaseDelay = &d
 	}
 	if r.MaxDelayMs != nil {
 		if *r.MaxDelayMs > int64(30*24*time.Hour/time.Millisecond) {
-			return o, invalidArg("retry.max_delay_ms", "must be at most 30 days, got %d", *r.MaxDelayMs)
+			return o, InvalidArg("retry.max_delay_ms", "must be at most 30 days, got %d", *r.MaxDelayMs)
 		}
 		d := time.Duration(*r.MaxDelayMs) * time.Millisecond
 		o.MaxDelay = &d
@@ -153,14 +161,15 @@ func overridesFromProto(r *agentdv1.RetrySettings) (session.RetryOverrides, erro
 	return o, nil
 }
 
-func toolsFromProto(tools []*agentdv1.Tool) ([]provider.Tool, error) {
+// ToolsFromProto maps a request's tools onto the provider's.
+func ToolsFromProto(tools []*agentdv1.Tool) ([]provider.Tool, error) {
 	out := make([]provider.Tool, 0, len(tools))
 	for i, t := range tools {
 		pt := provider.Tool{Name: t.GetName(), Description: t.GetDescription()}
 		if t.GetInputSchema() != nil {
 			b, err := t.GetInputSchema().MarshalJSON()
 			if err != nil {
-				return nil, invalidArg(fmt.Sprintf("tools[%d].input_schema", i), "%v", err)
+				return nil, InvalidArg(fmt.Sprintf("tools[%d].input_schema", i), "%v", err)
 			}
 			pt.InputSchema = b
 		}
@@ -169,21 +178,21 @@ func toolsFromProto(tools []*agentdv1.Tool) ([]provider.Tool, error) {
 	return out, nil
 }
 
-// paramsFromProto maps a request's model parameters; nil stays nil (none
+// ParamsFromProto maps a request's model parameters; nil stays nil (none
 // given). The session engine checks them, but for a 0 asked for (its 0 is
 // "the provider's default").
-func paramsFromProto(p *agentdv1.ModelParams) (*provider.Params, error) {
+func ParamsFromProto(p *agentdv1.ModelParams) (*provider.Params, error) {
 	if p == nil {
 		return nil, nil
 	}
 	if p.MaxTokens != nil && p.GetMaxTokens() == 0 {
-		return nil, invalidArg("params.max_tokens", "must be > 0 (leave it out for the provider's default)")
+		return nil, InvalidArg("params.max_tokens", "must be > 0 (leave it out for the provider's default)")
 	}
 	out := &provider.Params{MaxTokens: int(p.GetMaxTokens()), Temperature: p.Temperature, TopP: p.TopP,
 		StopSequences: p.GetStopSequences()}
 	if th := p.GetThinking(); th != nil {
 		if _, ok := th.GetLevel().(*agentdv1.ThinkingParams_BudgetTokens); ok && th.GetBudgetTokens() == 0 {
-			return nil, invalidArg("params.thinking.budget_tokens", "must be > 0")
+			return nil, InvalidArg("params.thinking.budget_tokens", "must be > 0")
 		}
 		out.Thinking = &provider.Thinking{BudgetTokens: int(th.GetBudgetTokens()), Effort: th.GetEffort()}
 	}
@@ -238,8 +247,8 @@ func jsonValue(raw json.RawMessage) *structpb.Value {
 	return &v
 }
 
-// eventToProto maps a session event onto the API's Event.
-func eventToProto(e *session.Event) *agentdv1.Event {
+// EventToProto maps a session event onto the API's Event.
+func EventToProto(e *session.Event) *agentdv1.Event {
 	out := &agentdv1.Event{SessionId: e.SessionID, Seq: e.Seq, Time: timestamppb.New(e.Time), Type: e.Type, PromptId: e.PromptID}
 	switch e.Type {
 	case session.EventAgentStart:
@@ -291,7 +300,8 @@ func eventToProto(e *session.Event) *agentdv1.Event {
 	return out
 }
 
-func entryToProto(e session.Entry) *agentdv1.Message {
+// EntryToProto maps a history entry onto the API's Message.
+func EntryToProto(e session.Entry) *agentdv1.Message {
 	m := e.Message
 	out := &agentdv1.Message{
 		Index: e.Index, Role: m.Role, Model: m.Model, StopReason: m.StopReason, ErrorMessage: m.ErrorMessage,
@@ -318,7 +328,8 @@ func entryToProto(e session.Entry) *agentdv1.Message {
 	return out
 }
 
-func credentialToProto(i credstore.Info) *agentdv1.Credential {
+// CredentialToProto maps a credential's info onto the API's Credential.
+func CredentialToProto(i credstore.Info) *agentdv1.Credential {
 	out := &agentdv1.Credential{Id: i.ID, Provider: i.Provider, Status: i.Status, BlockReason: i.BlockReason,
 		BankedResets: int32(i.BankedResets), Source: i.Source, Owner: i.Owner, Account: i.Account}
 	if out.Account == "" {
@@ -328,4 +339,20 @@ func credentialToProto(i credstore.Info) *agentdv1.Credential {
 		out.BlockedUntil = timestamppb.New(i.BlockedUntil)
 	}
 	return out
+}
+
+// maxEcho bounds what of a caller's input an error message repeats.
+const maxEcho = 128
+
+// Clip is s cut to maxEcho bytes (on a rune boundary) with "…" and the
+// full length when it was longer: an error never echoes a huge input whole.
+func Clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	cut := maxEcho
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }

@@ -1,4 +1,4 @@
-package server
+package token
 
 import (
 	"crypto/aes"
@@ -20,9 +20,10 @@ import (
 // tokens; without it they hold for this process.
 const pageTokenPrefix = "p1."
 
-type pageTokens struct{ aead cipher.AEAD }
+// Pages seals and opens page tokens (Tickets.Pages makes them).
+type Pages struct{ aead cipher.AEAD }
 
-func newPageTokens(ticketKey []byte) *pageTokens {
+func newPages(ticketKey []byte) *Pages {
 	m := hmac.New(sha256.New, ticketKey)
 	m.Write([]byte("agentd page tokens"))
 	block, err := aes.NewCipher(m.Sum(nil))
@@ -33,15 +34,15 @@ func newPageTokens(ticketKey []byte) *pageTokens {
 	if err != nil {
 		panic(err)
 	}
-	return &pageTokens{aead: aead}
+	return &Pages{aead: aead}
 }
 
 func pageScope(tenant, listing string) []byte {
 	return []byte(tenant + "\x00" + listing)
 }
 
-// seal makes raw (non-empty) a token for tenant's listing; "" stays "".
-func (p *pageTokens) seal(tenant, listing, raw string) string {
+// Seal makes raw (non-empty) a token for tenant's listing; "" stays "".
+func (p *Pages) Seal(tenant, listing, raw string) string {
 	if raw == "" {
 		return ""
 	}
@@ -51,9 +52,9 @@ func (p *pageTokens) seal(tenant, listing, raw string) string {
 	return pageTokenPrefix + base64.RawURLEncoding.EncodeToString(out)
 }
 
-// open returns the position of a token sealed for tenant's listing; ok is
+// Open returns the position of a token sealed for tenant's listing; ok is
 // false for anything else.
-func (p *pageTokens) open(tenant, listing, token string) (raw string, ok bool) {
+func (p *Pages) Open(tenant, listing, token string) (raw string, ok bool) {
 	body, found := strings.CutPrefix(token, pageTokenPrefix)
 	if !found || len(body) > 512 {
 		return "", false

@@ -1,26 +1,21 @@
-package server
+package token
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
-// The stream-ticket fuzzers: forged and mutated tickets and grants never
-// verify, and never as another tenant or session; nothing panics. Run one
-// with
+// The stream-ticket fuzzer: forged and mutated tickets never verify, and
+// never as another tenant or session; nothing panics. Run it with
 //
-//	go test -run '^$' -fuzz '^FuzzStreamTicket$' -fuzztime 10m ./internal/server/
-//	go test -run '^$' -fuzz '^FuzzStreamGrant$' -fuzztime 10m ./internal/server/
+//	go test -run '^$' -fuzz '^FuzzStreamTicket$' -fuzztime 10m ./internal/server/token/
+//
+// (FuzzStreamGrant, which takes grants to the auth interceptor too, is
+// package server's.)
 
 // fuzzTicketKey and fuzzTicketNow make the fuzzed authority's tickets the
 // same in every process, so that valid tickets can be seeds.
@@ -31,12 +26,12 @@ var (
 
 // fuzzTicketAuthority is the authority whose tickets FuzzStreamTicket
 // forges.
-func fuzzTicketAuthority() *ticketAuthority {
-	return newTicketAuthority(fuzzTicketKey, time.Minute, func() time.Time { return fuzzTicketNow })
+func fuzzTicketAuthority() *Tickets {
+	return NewTickets(fuzzTicketKey, time.Minute, func() time.Time { return fuzzTicketNow })
 }
 
-// encodeTicket is mint's encoding of p, with the nonce and expiry given.
-func encodeTicket(ta *ticketAuthority, p ticketPayload) string {
+// encodeTicket is Mint's encoding of p, with the nonce and expiry given.
+func encodeTicket(ta *Tickets, p ticketPayload) string {
 	body, _ := json.Marshal(p)
 	payload := base64.RawURLEncoding.EncodeToString(body)
 	return ticketPrefix + payload + "." + base64.RawURLEncoding.EncodeToString(ta.mac(payload))
@@ -98,19 +93,19 @@ func FuzzStreamTicket(f *testing.F) {
 		f.Add(ticketPrefix+payload+"."+sig[:len(sig)-1]+alphabet[last^1:last^1+1], p.Session, []byte{0, 255, alphabet[last^1]})
 	}
 	// A minted ticket verifies, and is what encodeTicket makes.
-	if live, _ := ta.mint("team-a", "ses_1"); !strings.HasPrefix(live, ticketPrefix) {
+	if live, _ := ta.Mint("team-a", "ses_1"); !strings.HasPrefix(live, ticketPrefix) {
 		f.Fatalf("mint = %q", live)
-	} else if tenant, err := ta.verify(live, "ses_1"); err != nil || tenant != "team-a" {
+	} else if tenant, err := ta.Verify(live, "ses_1"); err != nil || tenant != "team-a" {
 		f.Fatalf("verify(mint) = %q, %v", tenant, err)
 	}
 	for _, s := range []string{"", "v1.", "v1..", "v2.e30.AAAA", "v1.e30.", "v1.bnVsbA.x", "v1.e30=.AAAA", "v1.!!!.???",
 		"v1." + base64.RawURLEncoding.EncodeToString([]byte(`{"t":"team-a","s":"ses_1","e":9999999999999}`)) + "." + strings.Repeat("A", 43)} {
 		f.Add(s, "ses_1", []byte{})
 	}
-	other := newTicketAuthority(strings.Repeat("o", 32), time.Minute, ta.now)
+	other := NewTickets(strings.Repeat("o", 32), time.Minute, ta.now)
 
 	f.Fuzz(func(t *testing.T, ticket, sessionID string, edits []byte) {
-		tenant, err := ta.verify(ticket, sessionID)
+		tenant, err := ta.Verify(ticket, sessionID)
 		p, isSigned := signed[ticket]
 		switch {
 		case err == nil:
@@ -120,24 +115,24 @@ func FuzzStreamTicket(f *testing.F) {
 			if tenant != p.Tenant || sessionID != p.Session || !fuzzTicketNow.Before(time.UnixMilli(p.Expiry)) {
 				t.Fatalf("verify(%q, %q) = %q: the ticket is for %+v", ticket, sessionID, tenant, p)
 			}
-		case errors.Is(err, errTicketExpired), errors.Is(err, errTicketSession):
+		case errors.Is(err, ErrTicketExpired), errors.Is(err, ErrTicketSession):
 			// These come after the MAC check: only a signed ticket gets them.
 			if !isSigned {
 				t.Fatalf("verify(%q, %q) = %v: a ticket the authority never signed passed the MAC check", ticket, sessionID, err)
 			}
-		case !errors.Is(err, errTicketInvalid):
+		case !errors.Is(err, ErrTicketInvalid):
 			t.Fatalf("verify(%q, %q): unexpected error %v", ticket, sessionID, err)
 		}
-		if tenant, err := other.verify(ticket, sessionID); err == nil {
+		if tenant, err := other.Verify(ticket, sessionID); err == nil {
 			t.Fatalf("verify(%q, %q) under another key = %q", ticket, sessionID, tenant)
 		}
 
 		// A mutated fresh ticket verifies only unchanged, and never for
 		// another session.
-		fresh, _ := ta.mint("team-a", "ses_1")
+		fresh, _ := ta.Mint("team-a", "ses_1")
 		mutated := editString(fresh, edits)
 		for _, sid := range []string{"ses_1", sessionID} {
-			tenant, err := ta.verify(mutated, sid)
+			tenant, err := ta.Verify(mutated, sid)
 			if err != nil {
 				continue
 			}
@@ -147,67 +142,6 @@ func FuzzStreamTicket(f *testing.F) {
 			if sid != "ses_1" || tenant != "team-a" {
 				t.Fatalf("the ticket of team-a's ses_1 verified for %q as %q", sid, tenant)
 			}
-		}
-	})
-}
-
-// FuzzStreamGrant checks the grants the HTTP face hands the gRPC layer:
-// a grant made for a tenant's session reads back as them (for valid names),
-// an edited grant reads back as the same tenant and session or not at all,
-// and only StreamEvents takes one.
-func FuzzStreamGrant(f *testing.F) {
-	for _, s := range []struct {
-		tenant, session string
-		edits           []byte
-	}{
-		{"team-a", "ses_1", nil},
-		{"local", "ses_aaaaaaaaaaaaaaaaaaaaaaaaaa", []byte{0, 3, 'x'}},
-		{"team-a", "ses_1", []byte{0, 255, 'B'}},
-		{"team-a", "ses_1", []byte{1, 10, '\n'}},
-		{"team-a", "ses_1", []byte{2, 0, 0, 2, 0, 0}},
-		{"", "ses_1", nil},
-		{"team-a", "", nil},
-		{"a\xffb", "ses_1", nil},
-		{"<team>&", "ses\u2028", nil},
-		{"team-a\",\"s\":\"ses_2", "ses_1", nil},
-	} {
-		f.Add(s.tenant, s.session, s.edits)
-	}
-	f.Fuzz(func(t *testing.T, tenant, sessionID string, edits []byte) {
-		now := time.Now()
-		g := makeGrant(tenant, sessionID)
-		gt, gs, err := parseGrant(g, now)
-		switch {
-		case err == nil && (gt != tenant || gs != sessionID):
-			t.Fatalf("grant for %q %q read back as %q %q", tenant, sessionID, gt, gs)
-		case err != nil && tenant != "" && sessionID != "" && utf8.ValidString(tenant) && utf8.ValidString(sessionID):
-			t.Fatalf("grant for %q %q: %v", tenant, sessionID, err)
-		}
-		if _, _, err := parseGrant(g, now.Add(grantTTL+time.Second)); err == nil {
-			t.Fatalf("grant for %q %q passed after its expiry", tenant, sessionID)
-		}
-
-		mutated := editString(g, edits)
-		if mt, ms, err := parseGrant(mutated, now); err == nil && (mt != tenant || ms != sessionID) {
-			t.Fatalf("edited grant %q (of %q for %q %q) read as %q %q", mutated, g, tenant, sessionID, mt, ms)
-		}
-		md := metadata.Pairs(streamGrantKey, mutated)
-		if _, ok, err := authenticateGrant(context.Background(), "/agentd.v1.AgentService/Prompt", md); !ok || status.Code(err) != codes.Unauthenticated {
-			t.Fatalf("a grant on Prompt: %v %v", ok, err)
-		}
-		ctx, ok, err := authenticateGrant(context.Background(), streamEventsRPC, md)
-		if !ok {
-			t.Fatalf("a grant was not taken for one")
-		}
-		if err == nil {
-			if c := callerOf(ctx); c.tenant != tenant || c.admin {
-				t.Fatalf("grant %q authenticated as %+v, want tenant %q", mutated, c, tenant)
-			}
-			if sid, _ := ctx.Value(grantSessionKey{}).(string); sid != sessionID {
-				t.Fatalf("grant %q scoped to %q, want %q", mutated, sid, sessionID)
-			}
-		} else if status.Code(err) != codes.Unauthenticated {
-			t.Fatalf("grant %q: %v", mutated, err)
 		}
 	})
 }

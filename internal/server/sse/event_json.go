@@ -1,4 +1,4 @@
-package server
+package sse
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 )
 
-// appendEventJSON appends an event's JSON (every kind but tool_call, whose
+// AppendEventJSON appends an event's JSON (every kind but tool_call, whose
 // input is a google.protobuf.Value) as the SSE marshaler's protojson
 // options write it: the same fields in the same order with the same values
 // (64-bit integers as strings, RFC 3339 times with 0, 3, 6 or 9 fractional
@@ -21,7 +21,7 @@ import (
 // protojson's deep reflection off the stack of a reader's goroutine.
 // protojson itself inserts random spaces after commas in some builds, so
 // equal output is equal JSON tokens, not equal bytes.
-func appendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
+func AppendEventJSON(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 	w := jsonWriter{b: dst, ok: true}
 	w.raw(`{"sessionId":`)
 	w.str(ev.GetSessionId())

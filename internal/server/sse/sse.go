@@ -1,4 +1,10 @@
-package server
+// Package sse writes the REST face's Server-Sent Events: the frames of an
+// *agentdv1.Event ("id:", "event:", "data:" lines), the "event: error" frame
+// of a stream's status, and the headers of an event stream. The gateway
+// writes them through Marshaler (its marshaler for text/event-stream), the
+// native SSE routes of package server with AppendEvent and AppendError, so
+// that both write the same bytes.
+package sse
 
 import (
 	"bytes"
@@ -12,38 +18,38 @@ import (
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 )
 
-const (
-	sseContentType = "text/event-stream"
-	lastEventIDKey = "last-event-id"
-)
+// ContentType is an event stream's media type.
+const ContentType = "text/event-stream"
 
-// sseMarshaler writes a streaming RPC's messages as Server-Sent Events: one
+// Marshaler writes a streaming RPC's messages as Server-Sent Events: one
 // frame per event, "id: <seq>", "event: <type>", "data: <event JSON>". A
 // stream error becomes an "event: error" frame carrying the gRPC status.
 // Requests (JSON bodies) are read as JSON.
-type sseMarshaler struct {
+type Marshaler struct {
 	runtime.JSONPb
 }
 
 var (
-	_ runtime.Delimited         = (*sseMarshaler)(nil)
-	_ runtime.StreamContentType = (*sseMarshaler)(nil)
+	_ runtime.Delimited         = (*Marshaler)(nil)
+	_ runtime.StreamContentType = (*Marshaler)(nil)
 )
 
-func (m *sseMarshaler) ContentType(any) string       { return sseContentType }
-func (m *sseMarshaler) StreamContentType(any) string { return sseContentType }
-func (m *sseMarshaler) Delimiter() []byte            { return []byte("\n\n") }
+// ContentType, StreamContentType and Delimiter: text/event-stream, frames
+// ended by a blank line (runtime.Marshaler, StreamContentType, Delimited).
+func (m *Marshaler) ContentType(any) string       { return ContentType }
+func (m *Marshaler) StreamContentType(any) string { return ContentType }
+func (m *Marshaler) Delimiter() []byte            { return []byte("\n\n") }
 
-// sseDelimiter ends a frame (Delimiter; read only).
-var sseDelimiter = []byte("\n\n")
+// Delimiter ends a frame (Marshaler.Delimiter; read only).
+var Delimiter = []byte("\n\n")
 
 // Marshal renders a stream chunk. The gateway hands it
 // {"result": msg} for a message and {"error": status} for an error.
-func (m *sseMarshaler) Marshal(v any) ([]byte, error) {
+func (m *Marshaler) Marshal(v any) ([]byte, error) {
 	switch chunk := v.(type) {
 	case map[string]any:
 		if ev, ok := chunk["result"].(*agentdv1.Event); ok {
-			return m.appendEvent(nil, ev)
+			return m.AppendEvent(nil, ev)
 		}
 		data, err := m.JSONPb.Marshal(chunk["result"])
 		if err != nil {
@@ -51,46 +57,46 @@ func (m *sseMarshaler) Marshal(v any) ([]byte, error) {
 		}
 		return appendData(nil, data), nil
 	case map[string]proto.Message:
-		return m.appendError(nil, chunk["error"])
+		return m.AppendError(nil, chunk["error"])
 	default:
 		// Unary answers and errors before a stream starts stay plain JSON.
 		return m.JSONPb.Marshal(v)
 	}
 }
 
-// appendEvent appends ev's frame, without its delimiter, to dst. The
-// gateway (Marshal) and the native SSE routes (sse_stream.go) both write
+// AppendEvent appends ev's frame, without its delimiter, to dst. The
+// gateway (Marshal) and the native SSE routes (package server) both write
 // frames with it, so they write the same bytes.
-func (m *sseMarshaler) appendEvent(dst []byte, ev *agentdv1.Event) ([]byte, error) {
+func (m *Marshaler) AppendEvent(dst []byte, ev *agentdv1.Event) ([]byte, error) {
 	dst = append(dst, "id: "...)
 	dst = strconv.AppendUint(dst, ev.GetSeq(), 10)
 	dst = append(dst, "\nevent: "...)
 	dst = append(dst, ev.GetType()...)
 	dst = append(dst, '\n')
 	if m.fastEvents() {
-		if out, ok := appendEventJSON(append(dst, "data: "...), ev); ok {
+		if out, ok := AppendEventJSON(append(dst, "data: "...), ev); ok {
 			return out, nil
 		}
 	}
 	return m.appendJSONData(dst, ev)
 }
 
-// fastEvents reports whether appendEventJSON writes what m's protojson
+// fastEvents reports whether AppendEventJSON writes what m's protojson
 // options write (the options the server uses).
-func (m *sseMarshaler) fastEvents() bool {
+func (m *Marshaler) fastEvents() bool {
 	o := m.JSONPb.MarshalOptions
 	return o.EmitDefaultValues && !o.EmitUnpopulated && !o.UseProtoNames && !o.Multiline && o.Indent == "" && o.Resolver == nil
 }
 
-// appendError appends the "event: error" frame of a stream's status, without
+// AppendError appends the "event: error" frame of a stream's status, without
 // its delimiter, to dst.
-func (m *sseMarshaler) appendError(dst []byte, st proto.Message) ([]byte, error) {
+func (m *Marshaler) AppendError(dst []byte, st proto.Message) ([]byte, error) {
 	return m.appendJSONData(append(dst, "event: error\n"...), st)
 }
 
 // appendJSONData appends msg's JSON (the JSONPb's options, as its Marshal
 // writes it) as the data lines of a frame.
-func (m *sseMarshaler) appendJSONData(dst []byte, msg proto.Message) ([]byte, error) {
+func (m *Marshaler) appendJSONData(dst []byte, msg proto.Message) ([]byte, error) {
 	dst = append(dst, "data: "...)
 	start := len(dst)
 	dst, err := m.JSONPb.MarshalOptions.MarshalAppend(dst, msg)
@@ -121,33 +127,35 @@ func appendData(dst, data []byte) []byte {
 	}
 }
 
-// writeData writes data as SSE data lines.
-func writeData(b *bytes.Buffer, data []byte) {
+// WriteData writes data as SSE data lines.
+func WriteData(b *bytes.Buffer, data []byte) {
 	b.Write(appendData(nil, data))
 }
 
-// wantsSSE reports whether the request asks for an event stream.
-func wantsSSE(r *http.Request) bool {
+// Wanted reports whether the request asks for an event stream.
+func Wanted(r *http.Request) bool {
 	for _, a := range r.Header.Values("Accept") {
-		if strings.Contains(a, sseContentType) {
+		if strings.Contains(a, ContentType) {
 			return true
 		}
 	}
 	return false
 }
 
-// sseHeaders sets what proxies and browsers need on an event stream: no
-// caching, no buffering.
-func sseHeaders(next http.Handler) http.Handler {
+// Headers sets what proxies and browsers need on an event stream (see
+// SetHeaders) before next answers a request that asks for one.
+func Headers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if wantsSSE(r) {
-			setSSEHeaders(w.Header())
+		if Wanted(r) {
+			SetHeaders(w.Header())
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-func setSSEHeaders(h http.Header) {
+// SetHeaders sets what proxies and browsers need on an event stream: no
+// caching, no buffering.
+func SetHeaders(h http.Header) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 }
