@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // The REST fuzzers run one agentd per fuzz process (started before
@@ -139,8 +142,7 @@ func (fx *restFuzz) waitingSession(tb testing.TB) (string, string) {
 	if code, b := fx.do(tb, "POST", "/v1/sessions/"+id+":prompt?stream=false", []byte(`{"text":"Paris? [[tools: get_weather]]"}`), nil); code != 200 {
 		tb.Fatalf("prompt with a tool call = %d %s", code, b)
 	}
-	deadline := time.Now().Add(fuzzRequestTimeout)
-	for {
+	testkit.EventuallyErr(tb, "the session waits for a tool result", func() error {
 		_, b := fx.do(tb, "GET", "/v1/sessions/"+id, nil, nil)
 		var s struct {
 			PendingToolCalls []struct {
@@ -149,13 +151,11 @@ func (fx *restFuzz) waitingSession(tb testing.TB) (string, string) {
 		}
 		if json.Unmarshal(b, &s) == nil && len(s.PendingToolCalls) > 0 && s.PendingToolCalls[0].CallID != "" {
 			fx.waiting, fx.callID = id, s.PendingToolCalls[0].CallID
-			return fx.waiting, fx.callID
+			return nil
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("session %s never waited for a tool result: %s", id, b)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return fmt.Errorf("session %s: %s", id, b)
+	})
+	return fx.waiting, fx.callID
 }
 
 // FuzzRESTBodies sends the input as the JSON body of the REST calls that
@@ -347,8 +347,7 @@ func FuzzResumeHeaders(f *testing.F) {
 		f.Fatalf("prompt = %d %s", code, b)
 	}
 	// Wait for the prompt's end: every seq up to last exists from now on.
-	deadline := time.Now().Add(fuzzRequestTimeout)
-	for {
+	testkit.EventuallyErr(f, "the prompt ended", func() error {
 		_, b := fx.do(f, "GET", "/v1/sessions/"+fx.id, nil, nil)
 		var s struct {
 			Status  string `json:"status"`
@@ -356,13 +355,10 @@ func FuzzResumeHeaders(f *testing.F) {
 		}
 		if json.Unmarshal(b, &s) == nil && s.Status == "idle" && s.LastSeq != "0" {
 			fx.last, _ = strconv.ParseUint(s.LastSeq, 10, 64)
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			f.Fatalf("the prompt never ended: %s", b)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return fmt.Errorf("the session: %s", b)
+	})
 	if fx.last < 4 {
 		f.Fatalf("last seq %d: want a few events", fx.last)
 	}

@@ -7,7 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // The native REST routes answer as the gateway did: each case is sent
@@ -317,12 +318,7 @@ func TestNativeRESTMetricsMatchGateway(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(20 * time.Second); sess.State().Status != "idle"; {
-			if time.Now().After(deadline) {
-				t.Fatal("the prompt did not end")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testkit.Eventually(t, "the prompt ended", func() bool { return sess.State().Status == "idle" })
 		do("DELETE", "/v1/sessions/"+id, "")
 		resp, err := http.Get(ts.base + "/metrics")
 		if err != nil {
