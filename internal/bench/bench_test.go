@@ -205,7 +205,7 @@ func TestMarkdownAndTargets(t *testing.T) {
 	res := &Result{Started: time.Now(), Machine: DescribeMachine(), Rounds: 1, Scenarios: map[string]*ScenarioResult{
 		"overhead": {Rounds: []Metrics{{"added_ttft.rest.p50": 0.4, "added_ttft.rest.p99": 3, "ratio_to_floor.rest.p50": 1.2,
 			"added_ttft.grpc.p50": 0.3, "added_ttft.grpc.p99": 1, "ratio_to_floor.grpc.p50": 2, "ttft.direct.n": 10}}},
-		"capacity": {Rounds: []Metrics{capacityAtFloor()}},
+		"capacity":    {Rounds: []Metrics{capacityAtFloor()}},
 		"idle-memory": {Rounds: []Metrics{{}}, Errors: []string{"round 1: boom"}},
 		"fanout":      {Rounds: []Metrics{{"n100.last.p99": 4, "n100.nostall.last.p99": 4.1, "stall_effect.p99_ms": -0.1, "n100.cpu_us_per_chunk_per_sub": 50}}},
 		"retry": {Rounds: []Metrics{{"redis.happy.cpu_us_per_prompt": 100, "redis.happy.rt_total_per_prompt": 15,
