@@ -72,18 +72,15 @@ func (b *chunkBuf) decode(data []byte, ch *chunk) bool {
 
 // candidates reads an array of at most one candidate.
 func (b *chunkBuf) candidates(s *wire.Scanner, ch *chunk) bool {
-	if !s.Byte('[') {
-		return false
-	}
-	if s.Byte(']') {
-		ch.Candidates = b.candidate[:0]
-		return true
-	}
 	b.candidate[0] = candidate{}
-	if !s.Byte('{') || !b.candidateBody(s, &b.candidate[0]) || !s.Byte(']') {
+	one, ok := s.AtMostOne(func() bool { return b.candidateBody(s, &b.candidate[0]) })
+	if !ok {
 		return false
 	}
-	ch.Candidates = b.candidate[:1]
+	ch.Candidates = b.candidate[:0]
+	if one {
+		ch.Candidates = b.candidate[:1]
+	}
 	return true
 }
 
@@ -138,28 +135,20 @@ func (b *chunkBuf) contentBody(s *wire.Scanner, c *content) bool {
 // partList reads an array of parts with text, thought and
 // thoughtSignature members only.
 func (b *chunkBuf) partList(s *wire.Scanner, c *content) bool {
-	if !s.Byte('[') {
-		return false
-	}
-	if s.Byte(']') {
-		c.Parts = []part{}
-		return true
-	}
 	parts := b.parts[:0]
-	for {
+	n, ok := s.Objects(func() bool {
 		parts = append(parts, part{})
-		if !s.Byte('{') || !partBody(s, &parts[len(parts)-1]) {
-			return false
-		}
-		if s.Byte(',') {
-			continue
-		}
-		if !s.Byte(']') {
-			return false
-		}
+		return partBody(s, &parts[len(parts)-1])
+	})
+	switch {
+	case !ok:
+		return false
+	case n == 0:
+		c.Parts = []part{}
+	default:
 		b.parts, c.Parts = parts, parts
-		return true
 	}
+	return true
 }
 
 func partBody(s *wire.Scanner, p *part) bool {

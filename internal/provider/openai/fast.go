@@ -61,18 +61,15 @@ func (b *chatBuf) decode(data []byte, ch *chatChunk) bool {
 
 // choices reads an array of at most one choice.
 func (b *chatBuf) choices(s *wire.Scanner, ch *chatChunk) bool {
-	if !s.Byte('[') {
-		return false
-	}
-	if s.Byte(']') {
-		ch.Choices = b.choice[:0]
-		return true
-	}
 	b.choice[0] = chatChoice{}
-	if !s.Byte('{') || !b.choiceBody(s, &b.choice[0]) || !s.Byte(']') {
+	one, ok := s.AtMostOne(func() bool { return b.choiceBody(s, &b.choice[0]) })
+	if !ok {
 		return false
 	}
-	ch.Choices = b.choice[:1]
+	ch.Choices = b.choice[:0]
+	if one {
+		ch.Choices = b.choice[:1]
+	}
 	return true
 }
 
@@ -128,28 +125,20 @@ func (b *chatBuf) toolCalls(s *wire.Scanner, d *chatDelta) bool {
 	if s.Null() {
 		return true
 	}
-	if !s.Byte('[') {
-		return false
-	}
-	if s.Byte(']') {
-		d.ToolCalls = []chatToolCallDelta{}
-		return true
-	}
 	calls := b.calls[:0]
-	for {
+	n, ok := s.Objects(func() bool {
 		calls = append(calls, chatToolCallDelta{})
-		if !s.Byte('{') || !toolCallBody(s, &calls[len(calls)-1]) {
-			return false
-		}
-		if s.Byte(',') {
-			continue
-		}
-		if !s.Byte(']') {
-			return false
-		}
+		return toolCallBody(s, &calls[len(calls)-1])
+	})
+	switch {
+	case !ok:
+		return false
+	case n == 0:
+		d.ToolCalls = []chatToolCallDelta{}
+	default:
 		b.calls, d.ToolCalls = calls, calls
-		return true
 	}
+	return true
 }
 
 func toolCallBody(s *wire.Scanner, tc *chatToolCallDelta) bool {

@@ -96,6 +96,39 @@ func (s *Scanner) Object(member func(key []byte) (bit uint32, ok bool)) (seen ui
 	}
 }
 
+// Objects reads an array of objects: for each, after its '{', elem reads
+// its members (with Object). It returns how many there were; an element
+// elem declines, or anything but an object, declines the array.
+func (s *Scanner) Objects(elem func() bool) (n int, ok bool) {
+	if !s.Byte('[') {
+		return 0, false
+	}
+	if s.Byte(']') {
+		return 0, true
+	}
+	for {
+		if !s.Byte('{') || !elem() {
+			return n, false
+		}
+		n++
+		if s.Byte(',') {
+			continue
+		}
+		return n, s.Byte(']')
+	}
+}
+
+// AtMostOne is Objects for an array of no object or one (a stream chunk's
+// candidates or choices): a second object declines the array.
+func (s *Scanner) AtMostOne(elem func() bool) (one, ok bool) {
+	calls := 0
+	n, ok := s.Objects(func() bool {
+		calls++
+		return calls == 1 && elem()
+	})
+	return n == 1, ok
+}
+
 // Null consumes a null literal if it comes next.
 func (s *Scanner) Null() bool {
 	s.ws()

@@ -141,3 +141,36 @@ func TestScannerStringAllocations(t *testing.T) {
 		}
 	}
 }
+
+func TestObjectsAndAtMostOne(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		n       int
+		ok, one bool
+		oneOK   bool
+	}{
+		{`[]`, 0, true, false, true},
+		{`[{"a":1}]`, 1, true, true, true},
+		{`[{"a":1},{"a":2}]`, 2, true, false, false},
+		{` [ { "a" : 1 } , { } ] `, 2, true, false, false},
+		{`[{"a":1},]`, 1, false, false, false},
+		{`[1]`, 0, false, false, false},
+		{`{}`, 0, false, false, false},
+		{`[{"a":1}`, 1, false, true, false},
+	} {
+		elem := func(s *Scanner) func() bool {
+			return func() bool {
+				_, ok := s.Object(func([]byte) (uint32, bool) { return 0, s.Skip() })
+				return ok
+			}
+		}
+		s := NewScanner([]byte(tc.in))
+		if n, ok := s.Objects(elem(&s)); n != tc.n || ok != tc.ok {
+			t.Errorf("Objects(%s) = %d, %v; want %d, %v", tc.in, n, ok, tc.n, tc.ok)
+		}
+		s = NewScanner([]byte(tc.in))
+		if one, ok := s.AtMostOne(elem(&s)); ok != tc.oneOK || (ok && one != tc.one) {
+			t.Errorf("AtMostOne(%s) = %v, %v; want %v, %v", tc.in, one, ok, tc.one, tc.oneOK)
+		}
+	}
+}
