@@ -72,16 +72,11 @@ func (b *chunkBuf) decode(data []byte, ch *chunk) bool {
 
 // candidates reads an array of at most one candidate.
 func (b *chunkBuf) candidates(s *wire.Scanner, ch *chunk) bool {
-	b.candidate[0] = candidate{}
-	one, ok := s.AtMostOne(func() bool { return b.candidateBody(s, &b.candidate[0]) })
-	if !ok {
-		return false
+	cs, ok := wire.One(s, &b.candidate, func(c *candidate) bool { return b.candidateBody(s, c) })
+	if ok {
+		ch.Candidates = cs
 	}
-	ch.Candidates = b.candidate[:0]
-	if one {
-		ch.Candidates = b.candidate[:1]
-	}
-	return true
+	return ok
 }
 
 func (b *chunkBuf) candidateBody(s *wire.Scanner, c *candidate) bool {
@@ -135,20 +130,11 @@ func (b *chunkBuf) contentBody(s *wire.Scanner, c *content) bool {
 // partList reads an array of parts with text, thought and
 // thoughtSignature members only.
 func (b *chunkBuf) partList(s *wire.Scanner, c *content) bool {
-	parts := b.parts[:0]
-	n, ok := s.Objects(func() bool {
-		parts = append(parts, part{})
-		return partBody(s, &parts[len(parts)-1])
-	})
-	switch {
-	case !ok:
-		return false
-	case n == 0:
-		c.Parts = []part{}
-	default:
-		b.parts, c.Parts = parts, parts
+	parts, ok := wire.Array(s, &b.parts, func(p *part) bool { return partBody(s, p) })
+	if ok {
+		c.Parts = parts
 	}
-	return true
+	return ok
 }
 
 func partBody(s *wire.Scanner, p *part) bool {

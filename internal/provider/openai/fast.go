@@ -61,16 +61,11 @@ func (b *chatBuf) decode(data []byte, ch *chatChunk) bool {
 
 // choices reads an array of at most one choice.
 func (b *chatBuf) choices(s *wire.Scanner, ch *chatChunk) bool {
-	b.choice[0] = chatChoice{}
-	one, ok := s.AtMostOne(func() bool { return b.choiceBody(s, &b.choice[0]) })
-	if !ok {
-		return false
+	cs, ok := wire.One(s, &b.choice, func(c *chatChoice) bool { return b.choiceBody(s, c) })
+	if ok {
+		ch.Choices = cs
 	}
-	ch.Choices = b.choice[:0]
-	if one {
-		ch.Choices = b.choice[:1]
-	}
-	return true
+	return ok
 }
 
 func (b *chatBuf) choiceBody(s *wire.Scanner, c *chatChoice) bool {
@@ -125,20 +120,11 @@ func (b *chatBuf) toolCalls(s *wire.Scanner, d *chatDelta) bool {
 	if s.Null() {
 		return true
 	}
-	calls := b.calls[:0]
-	n, ok := s.Objects(func() bool {
-		calls = append(calls, chatToolCallDelta{})
-		return toolCallBody(s, &calls[len(calls)-1])
-	})
-	switch {
-	case !ok:
-		return false
-	case n == 0:
-		d.ToolCalls = []chatToolCallDelta{}
-	default:
-		b.calls, d.ToolCalls = calls, calls
+	calls, ok := wire.Array(s, &b.calls, func(tc *chatToolCallDelta) bool { return toolCallBody(s, tc) })
+	if ok {
+		d.ToolCalls = calls
 	}
-	return true
+	return ok
 }
 
 func toolCallBody(s *wire.Scanner, tc *chatToolCallDelta) bool {

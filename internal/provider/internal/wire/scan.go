@@ -96,37 +96,53 @@ func (s *Scanner) Object(member func(key []byte) (bit uint32, ok bool)) (seen ui
 	}
 }
 
-// Objects reads an array of objects: for each, after its '{', elem reads
-// its members (with Object). It returns how many there were; an element
-// elem declines, or anything but an object, declines the array.
-func (s *Scanner) Objects(elem func() bool) (n int, ok bool) {
+// Array reads an array of objects into *buf's array, reused from call to
+// call (grown as needed): for each, after its '{', body reads its members
+// into a zero element (with Object). It returns the elements, an empty
+// slice that is not nil for "[]" (as encoding/json leaves a slice field).
+// An element body declines, or anything but an object, declines the array
+// (nil, false).
+func Array[T any](s *Scanner, buf *[]T, body func(*T) bool) ([]T, bool) {
 	if !s.Byte('[') {
-		return 0, false
+		return nil, false
 	}
 	if s.Byte(']') {
-		return 0, true
+		return []T{}, true
 	}
+	elems := (*buf)[:0]
 	for {
-		if !s.Byte('{') || !elem() {
-			return n, false
+		var zero T
+		elems = append(elems, zero)
+		if !s.Byte('{') || !body(&elems[len(elems)-1]) {
+			return nil, false
 		}
-		n++
 		if s.Byte(',') {
 			continue
 		}
-		return n, s.Byte(']')
+		if !s.Byte(']') {
+			return nil, false
+		}
+		*buf = elems
+		return elems, true
 	}
 }
 
-// AtMostOne is Objects for an array of no object or one (a stream chunk's
-// candidates or choices): a second object declines the array.
-func (s *Scanner) AtMostOne(elem func() bool) (one, ok bool) {
-	calls := 0
-	n, ok := s.Objects(func() bool {
-		calls++
-		return calls == 1 && elem()
-	})
-	return n == 1, ok
+// One is Array for an array of no object or one (a stream chunk's
+// candidates or choices), read into slot: it returns slot[:0] or
+// slot[:1]; a second object declines the array.
+func One[T any](s *Scanner, slot *[1]T, body func(*T) bool) ([]T, bool) {
+	var zero T
+	slot[0] = zero
+	if !s.Byte('[') {
+		return nil, false
+	}
+	if s.Byte(']') {
+		return slot[:0], true
+	}
+	if !s.Byte('{') || !body(&slot[0]) || !s.Byte(']') {
+		return nil, false
+	}
+	return slot[:1], true
 }
 
 // Null consumes a null literal if it comes next.

@@ -142,35 +142,50 @@ func TestScannerStringAllocations(t *testing.T) {
 	}
 }
 
-func TestObjectsAndAtMostOne(t *testing.T) {
+func TestArrayAndOne(t *testing.T) {
 	for _, tc := range []struct {
-		in      string
-		n       int
-		ok, one bool
-		oneOK   bool
+		in   string
+		n    int // elements; -1: declined
+		oneN int
 	}{
-		{`[]`, 0, true, false, true},
-		{`[{"a":1}]`, 1, true, true, true},
-		{`[{"a":1},{"a":2}]`, 2, true, false, false},
-		{` [ { "a" : 1 } , { } ] `, 2, true, false, false},
-		{`[{"a":1},]`, 1, false, false, false},
-		{`[1]`, 0, false, false, false},
-		{`{}`, 0, false, false, false},
-		{`[{"a":1}`, 1, false, true, false},
+		{`[]`, 0, 0},
+		{`[{"a":1}]`, 1, 1},
+		{`[{"a":1},{"a":2}]`, 2, -1},
+		{` [ { "a" : 1 } , { } ] `, 2, -1},
+		{`[{"a":1},]`, -1, -1},
+		{`[1]`, -1, -1},
+		{`{}`, -1, -1},
+		{`[{"a":1}`, -1, -1},
+		{`[{"a":`, -1, -1},
 	} {
-		elem := func(s *Scanner) func() bool {
-			return func() bool {
+		body := func(s *Scanner) func(*int) bool {
+			return func(v *int) bool {
+				*v = 7
 				_, ok := s.Object(func([]byte) (uint32, bool) { return 0, s.Skip() })
 				return ok
 			}
 		}
+		check := func(what string, got []int, ok bool, want int) {
+			t.Helper()
+			switch {
+			case want < 0 && (ok || got != nil):
+				t.Errorf("%s(%s) = %v, %v; want it declined", what, tc.in, got, ok)
+			case want >= 0 && (!ok || got == nil || len(got) != want):
+				t.Errorf("%s(%s) = %v, %v; want %d elements", what, tc.in, got, ok, want)
+			}
+			for _, v := range got {
+				if v != 7 {
+					t.Errorf("%s(%s): an element the body did not read: %v", what, tc.in, got)
+				}
+			}
+		}
+		var buf []int
 		s := NewScanner([]byte(tc.in))
-		if n, ok := s.Objects(elem(&s)); n != tc.n || ok != tc.ok {
-			t.Errorf("Objects(%s) = %d, %v; want %d, %v", tc.in, n, ok, tc.n, tc.ok)
-		}
+		got, ok := Array(&s, &buf, body(&s))
+		check("Array", got, ok, tc.n)
+		var slot [1]int
 		s = NewScanner([]byte(tc.in))
-		if one, ok := s.AtMostOne(elem(&s)); ok != tc.oneOK || (ok && one != tc.one) {
-			t.Errorf("AtMostOne(%s) = %v, %v; want %v, %v", tc.in, one, ok, tc.one, tc.oneOK)
-		}
+		got, ok = One(&s, &slot, body(&s))
+		check("One", got, ok, tc.oneN)
 	}
 }
