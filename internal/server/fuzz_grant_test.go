@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentd/agentd/internal/server/token"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Run it with
@@ -18,30 +19,6 @@ import (
 //	go test -run '^$' -fuzz '^FuzzStreamGrant$' -fuzztime 10m ./internal/server/
 //
 // (FuzzStreamTicket, of the tickets themselves, is package token's.)
-
-// editString applies edits to s: each three bytes (op, position, byte)
-// replace, insert or delete one byte.
-func editString(s string, edits []byte) string {
-	b := []byte(s)
-	for i := 0; i+2 < len(edits); i += 3 {
-		op, c := edits[i]%3, edits[i+2]
-		if len(b) == 0 {
-			op = 1
-		}
-		pos := int(edits[i+1]) % (len(b) + 1)
-		switch op {
-		case 0:
-			pos %= len(b)
-			b[pos] = c
-		case 1:
-			b = append(b[:pos], append([]byte{c}, b[pos:]...)...)
-		case 2:
-			pos %= len(b)
-			b = append(b[:pos], b[pos+1:]...)
-		}
-	}
-	return string(b)
-}
 
 // FuzzStreamGrant checks the grants the HTTP face hands the gRPC layer:
 // a grant made for a tenant's session reads back as them (for valid names),
@@ -79,7 +56,7 @@ func FuzzStreamGrant(f *testing.F) {
 			t.Fatalf("grant for %q %q passed after its expiry", tenant, sessionID)
 		}
 
-		mutated := editString(g, edits)
+		mutated := testkit.Edit(g, edits)
 		if mt, ms, err := token.ParseGrant(mutated, now); err == nil && (mt != tenant || ms != sessionID) {
 			t.Fatalf("edited grant %q (of %q for %q %q) read as %q %q", mutated, g, tenant, sessionID, mt, ms)
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // The stream-ticket fuzzer: forged and mutated tickets never verify, and
@@ -43,30 +45,6 @@ var fuzzTickets = []ticketPayload{
 	{Tenant: "team-b", Session: "ses_2", Expiry: fuzzTicketNow.Add(time.Hour).UnixMilli(), Nonce: "bm9uY2Uy"},
 	{Tenant: "team-a", Session: "ses_3", Expiry: fuzzTicketNow.UnixMilli(), Nonce: "ZXhwaXJlZA"}, // expired
 	{Tenant: "t.e_a-m", Session: "ses_aaaaaaaaaaaaaaaaaaaaaaaaaa", Expiry: fuzzTicketNow.Add(time.Millisecond).UnixMilli()},
-}
-
-// editString applies edits to s: each three bytes (op, position, byte)
-// replace, insert or delete one byte.
-func editString(s string, edits []byte) string {
-	b := []byte(s)
-	for i := 0; i+2 < len(edits); i += 3 {
-		op, c := edits[i]%3, edits[i+2]
-		if len(b) == 0 {
-			op = 1
-		}
-		pos := int(edits[i+1]) % (len(b) + 1)
-		switch op {
-		case 0:
-			pos %= len(b)
-			b[pos] = c
-		case 1:
-			b = append(b[:pos], append([]byte{c}, b[pos:]...)...)
-		case 2:
-			pos %= len(b)
-			b = append(b[:pos], b[pos+1:]...)
-		}
-	}
-	return string(b)
 }
 
 // FuzzStreamTicket checks verify on any ticket for any session, and on the
@@ -130,7 +108,7 @@ func FuzzStreamTicket(f *testing.F) {
 		// A mutated fresh ticket verifies only unchanged, and never for
 		// another session.
 		fresh, _ := ta.Mint("team-a", "ses_1")
-		mutated := editString(fresh, edits)
+		mutated := testkit.Edit(fresh, edits)
 		for _, sid := range []string{"ses_1", sessionID} {
 			tenant, err := ta.Verify(mutated, sid)
 			if err != nil {
