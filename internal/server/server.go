@@ -29,7 +29,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/config"
@@ -277,10 +276,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	s.gwConn = conn
-	jsonpb := runtime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}
+	jsonpb := sse.APIJSON()
 	events := &sse.Marshaler{JSONPb: jsonpb}
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonpb),

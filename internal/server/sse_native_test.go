@@ -19,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -594,17 +592,10 @@ func legacyWriteData(b *bytes.Buffer, data []byte) {
 	}
 }
 
-func testMarshaler() *sse.Marshaler {
-	return &sse.Marshaler{JSONPb: gwruntime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}}
-}
-
 // Every kind of event, and errors, encode as the marshaler before encoded
 // them; the native stream's frame is the gateway's frame and delimiter.
 func TestSSEFramesUnchanged(t *testing.T) {
-	m := testMarshaler()
+	m := sse.NewMarshaler()
 	now := time.Date(2026, 11, 30, 7, 1, 2, 345678901, time.UTC)
 	var evs []session.Event
 	for i, typ := range []string{session.EventAgentStart, session.EventMessageStart, session.EventMessageUpdate, session.EventMessageEnd,
@@ -664,32 +655,14 @@ func sameFrame(a, b []byte) bool {
 	pa, da, _ := bytes.Cut(a, []byte("data: "))
 	pb, db, _ := bytes.Cut(b, []byte("data: "))
 	return bytes.Equal(pa, pb) && bytes.Count(da, []byte("\n")) == bytes.Count(db, []byte("\n")) &&
-		slices.Equal(jsonTokens(da), jsonTokens(db))
-}
-
-// jsonTokens lists the JSON tokens of data as text ("!" and the error when
-// it is not JSON).
-func jsonTokens(data []byte) []string {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	var out []string
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			return append(out, "!"+err.Error())
-		}
-		out = append(out, fmt.Sprintf("%T:%v", tok, tok))
-	}
+		slices.Equal(testkit.JSONTokens(da), testkit.JSONTokens(db))
 }
 
 // The frames shared between the readers of a session are the frames each
 // would encode; a slot serves only the very event it holds.
 func TestFrameCache(t *testing.T) {
 	c := newFrameCache()
-	m := testMarshaler()
+	m := sse.NewMarshaler()
 	r1 := &sseStream{m: m, frames: c}
 	r2 := &sseStream{m: m, frames: c}
 	e := session.Event{SessionID: "ses_1", Seq: 7, Type: session.EventMessageUpdate, TextDelta: "x"}

@@ -1,23 +1,18 @@
 package sse
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/server/convert"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // AppendEventJSON writes what protojson writes (the same tokens) for the
@@ -25,7 +20,7 @@ import (
 // characters, quotes, backslashes, every size of UTF-8, invalid bytes),
 // times at every precision and at the range's ends, every event type.
 func TestEventJSONMatchesProtojson(t *testing.T) {
-	m := testMarshaler()
+	m := NewMarshaler()
 	rng := rand.New(rand.NewPCG(1, 2))
 	pieces := []string{"a", "Z", " ", "\"", "\\", "\n", "\r", "\t", "\b", "\f", "\x00", "\x01", "\x1f", "\x7f",
 		"é", "€", "😀", "\u2028", "<", ">", "&", "{", "}", ":", ",", "data: x", "id: 9"}
@@ -116,7 +111,7 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 		if werr != nil {
 			t.Fatalf("%+v: wrote %q where protojson fails: %v", pe, got, werr)
 		}
-		if g, w := jsonTokens(got[len("prefix"):]), jsonTokens(want); !slices.Equal(g, w) {
+		if g, w := testkit.JSONTokens(got[len("prefix"):]), testkit.JSONTokens(want); !slices.Equal(g, w) {
 			t.Fatalf("%+v:\n got %s\nwant %s", pe, got[len("prefix"):], want)
 		}
 		if strings.ContainsAny(string(got), "\n\r") {
@@ -138,7 +133,7 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 // BenchmarkEventFrame: one message_update's SSE frame (without its
 // delimiter), on the fast path and through protojson.
 func BenchmarkEventFrame(b *testing.B) {
-	m := testMarshaler()
+	m := NewMarshaler()
 	e := session.Event{SessionID: "ses_0123456789abcdef", Seq: 42, Time: time.Now(), Type: session.EventMessageUpdate,
 		PromptID: "prm_0123456789abcdef", TextDelta: "hello world "}
 	b.Run("fast", func(b *testing.B) {
@@ -157,29 +152,4 @@ func BenchmarkEventFrame(b *testing.B) {
 			}
 		}
 	})
-}
-
-func testMarshaler() *Marshaler {
-	return &Marshaler{JSONPb: gwruntime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}}
-}
-
-// jsonTokens lists the JSON tokens of data as text ("!" and the error when
-// it is not JSON).
-func jsonTokens(data []byte) []string {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	var out []string
-	for {
-		tok, err := d.Token()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			return append(out, "!"+err.Error())
-		}
-		out = append(out, fmt.Sprintf("%T:%v", tok, tok))
-	}
 }

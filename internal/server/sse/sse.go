@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
@@ -20,6 +21,19 @@ import (
 
 // ContentType is an event stream's media type.
 const ContentType = "text/event-stream"
+
+// APIJSON is the JSON of agentd's REST API, as the gateway reads and
+// writes it: protojson with default values written, unknown fields
+// refused.
+func APIJSON() runtime.JSONPb {
+	return runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}
+}
+
+// NewMarshaler is the Marshaler of the API's JSON (APIJSON).
+func NewMarshaler() *Marshaler { return &Marshaler{JSONPb: APIJSON()} }
 
 // Marshaler writes a streaming RPC's messages as Server-Sent Events: one
 // frame per event, "id: <seq>", "event: <type>", "data: <event JSON>". A
