@@ -20,6 +20,7 @@ import (
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/telemetry"
 	"github.com/agentd/agentd/internal/telemetry/otlptest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 const traceSecret = "sk-trace-SECRET-0123456789abcdef"
@@ -59,24 +60,8 @@ func TestPromptTrace(t *testing.T) {
 	parent := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
 		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled, Remote: true})
-	ctx, cancel := context.WithTimeout(trace.ContextWithRemoteSpanContext(context.Background(), parent), 10*time.Second)
-	defer cancel()
-	_, sub, err := s.Prompt(ctx, "zebra-quartz [[faults: 529,503,ok]]")
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := readUntilEnd(t, sub)
-	sub.Close()
-	if last(evs).Outcome != session.OutcomeCompleted {
-		t.Fatalf("prompt_end %+v", last(evs))
-	}
-	if err := tr.ForceFlush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	spans, err := coll.WaitSpans(ctx, func(s *tracepb.Span) bool { return s.GetName() == session.SpanPrompt })
-	if err != nil {
-		t.Fatalf("no prompt span: %v", err)
-	}
+	ctx := trace.ContextWithRemoteSpanContext(testkit.Context(t), parent)
+	spans := tracedPrompt(ctx, t, s, tr, coll, "zebra-quartz [[faults: 529,503,ok]]")
 	var promptSpan *tracepb.Span
 	var attempts []*tracepb.Span
 	for _, sp := range spans {
@@ -195,25 +180,8 @@ func TestPromptTraceCapturesContent(t *testing.T) {
 	})
 	t.Cleanup(func() { m.Close(context.Background()) })
 	s := create(t, m, session.RetryOverrides{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	const text = "zebra-quartz [[faults: 503,ok]]"
-	_, sub, err := s.Prompt(ctx, text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := readUntilEnd(t, sub)
-	sub.Close()
-	if last(evs).Outcome != session.OutcomeCompleted {
-		t.Fatalf("prompt_end %+v", last(evs))
-	}
-	if err := tr.ForceFlush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	spans, err := coll.WaitSpans(ctx, func(s *tracepb.Span) bool { return s.GetName() == session.SpanPrompt })
-	if err != nil {
-		t.Fatalf("no prompt span: %v", err)
-	}
+	spans := tracedPrompt(testkit.Context(t), t, s, tr, coll, text)
 	var contents []*tracepb.Span_Event
 	for _, sp := range spans {
 		if !strings.HasPrefix(sp.GetName(), "chat ") {
@@ -277,4 +245,27 @@ func TestUnsampledPromptRecordsNothing(t *testing.T) {
 			t.Errorf("sampled %v: %d spans recorded, want %d", sampled, got, want)
 		}
 	}
+}
+
+// tracedPrompt runs text on s to a completed prompt_end and returns the
+// spans exported up to its prompt span.
+func tracedPrompt(ctx context.Context, t *testing.T, s *session.Session, tr *telemetry.Tracing, coll *otlptest.Collector, text string) []*tracepb.Span {
+	t.Helper()
+	_, sub, err := s.Prompt(ctx, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := readUntilEnd(t, sub)
+	sub.Close()
+	if last(evs).Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end %+v", last(evs))
+	}
+	if err := tr.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := coll.WaitSpans(ctx, func(s *tracepb.Span) bool { return s.GetName() == session.SpanPrompt })
+	if err != nil {
+		t.Fatalf("no prompt span: %v", err)
+	}
+	return spans
 }
