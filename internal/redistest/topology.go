@@ -165,6 +165,13 @@ func StartCluster(t *testing.T) *Cluster {
 		}
 		return replicas == 3, nil
 	})
+	// And from the masters' side: a replica whose link is up may not have
+	// been sent the writes buffered for it while it loaded.
+	for _, n := range c.Nodes {
+		if role, err := infoField(ctx, n.Addr(), "replication", "role"); err == nil && role == "master" {
+			waitReplicated(ctx, t, n.Addr())
+		}
+	}
 	return c
 }
 
@@ -249,6 +256,61 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 
 // Kill kills n with SIGKILL (a crash).
 func (c *Cluster) Kill(n *Server) { n.Kill() }
+
+// WaitReplicated waits until the replicas of master have acknowledged
+// every write it took before the call. Replication is asynchronous: a
+// master killed right after a write may take it along (a session created
+// a moment before is then gone on the promoted replica, as it would be in
+// production without min_replica_acks). A test about what survives a
+// failover calls it between its setup and the kill.
+func (c *Cluster) WaitReplicated(ctx context.Context, master *Server) {
+	c.t.Helper()
+	waitReplicated(ctx, c.t, master.Addr())
+}
+
+// waitReplicated waits until every replica the master at addr lists is
+// online at an offset at least its master_repl_offset when called.
+func waitReplicated(ctx context.Context, t *testing.T, addr string) {
+	t.Helper()
+	want := int64(-1)
+	Eventually(ctx, t, addr+"'s replicas have acknowledged its writes", func(ctx context.Context) (bool, error) {
+		var info string
+		if err := with(addr, func(c *redis.Client) (err error) {
+			info, err = c.Info(ctx, "replication").Result()
+			return err
+		}); err != nil {
+			return false, err
+		}
+		if want < 0 {
+			off, err := strconv.ParseInt(fieldOf(info, "master_repl_offset"), 10, 64)
+			if err != nil {
+				return false, fmt.Errorf("%s: master_repl_offset: %w", addr, err)
+			}
+			want = off
+		}
+		n := 0
+		for i := 0; ; i++ {
+			v := fieldOf(info, "slave"+strconv.Itoa(i))
+			if v == "" {
+				break
+			}
+			n++
+			var off int64 = -1
+			for _, kv := range strings.Split(v, ",") {
+				if k, x, ok := strings.Cut(kv, "="); ok && k == "offset" {
+					off, _ = strconv.ParseInt(x, 10, 64)
+				}
+			}
+			if !strings.Contains(v, "state=online") || off < want {
+				return false, fmt.Errorf("%s: replica %s, at %d of %d", addr, v, off, want)
+			}
+		}
+		if n == 0 {
+			return false, fmt.Errorf("%s lists no replica", addr)
+		}
+		return true, nil
+	})
+}
 
 // WaitFailover waits until a running node other than old is the master of
 // key's slot in every running node's view, says role:master itself, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,12 +169,16 @@ func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, prompt
 		var re *session.ResumeError
 		switch {
 		case errors.As(err, &re):
+			toldAt := time.Now()
 			sub.Close()
 			f.resumes++
 			for len(f.seen) > 0 && f.seen[len(f.seen)-1].Seq > re.After {
 				f.seen = f.seen[:len(f.seen)-1]
 			}
-			// The next replica, once the store answers again.
+			// The next replica, once the store answers again. The errors
+			// met on the way are kept: the last one, when the test's
+			// bound ends the wait, is only the bound.
+			var tried []string
 			for {
 				at = (at + 1) % len(ms)
 				s, gerr := ms[at].Get(ctx, "t", id)
@@ -182,8 +187,15 @@ func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, prompt
 						break
 					}
 				}
+				if errors.Is(gerr, session.ErrNotFound) {
+					return fmt.Errorf("resume after %d: the session is gone: %w", re.After, gerr)
+				}
+				if n := len(tried); n == 0 || !strings.HasSuffix(tried[n-1], gerr.Error()) {
+					tried = append(tried, fmt.Sprintf("%s %s", time.Now().Format("15:04:05.000"), gerr))
+				}
 				if ctx.Err() != nil {
-					return fmt.Errorf("resume after %d: %w", re.After, gerr)
+					return fmt.Errorf("resume after %d (told at %s): %w; errors on the way:\n%s",
+						re.After, toldAt.Format("15:04:05.000"), gerr, strings.Join(tried, "\n"))
 				}
 				t := time.NewTimer(100 * time.Millisecond)
 				select {
@@ -268,6 +280,12 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 		}
 	}
 	t.Logf("killing %s: %d streaming sessions and %d in backoff on it", old.Addr(), kinds[old][0], kinds[old][1])
+	// What the test holds the failover to: every session and prompt start
+	// acknowledged by the replica (the stream's events after it may be lost,
+	// and fencing copes). Without it a session created a moment before the
+	// kill can be gone on the promoted replica, as replication is
+	// asynchronous (min_replica_acks closes that window).
+	cl.WaitReplicated(ctx, old)
 	killed := time.Now()
 	cl.Kill(old)
 	for range n {
