@@ -247,6 +247,7 @@ func Run(ctx context.Context, client *http.Client, req *http.Request, timeout, r
 		return a.FailAPI(c, e)
 	}
 	r := newSSEReader(c.resp.Body)
+	defer r.release()
 	for {
 		ev, err := r.next()
 		if err == nil {

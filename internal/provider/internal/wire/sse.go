@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // maxLine is the longest server-sent event line accepted.
@@ -37,8 +38,36 @@ type sseReader struct {
 // maxKeptData bounds the data buffer an sseReader keeps between events.
 const maxKeptData = 64 << 10
 
+// sseReaders are the readers of ended streams, with their buffers: a
+// stream per prompt, whose 8 KiB buffer (and the line and data buffers
+// grown to its events) is not allocated and zeroed anew for every prompt.
+var sseReaders = sync.Pool{New: func() any { return &sseReader{r: bufio.NewReaderSize(nil, readBuffer)} }}
+
+// readBuffer is the size of an sseReader's read buffer. A line longer than
+// it is read in parts (into line), so it bounds only how much one read of
+// the body takes: net/http's own buffer under it is 4 KiB.
+const readBuffer = 8 << 10
+
+// newSSEReader returns a reader of r's events, to release when the
+// stream's events are no longer used.
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{r: bufio.NewReaderSize(r, 64<<10)}
+	s := sseReaders.Get().(*sseReader)
+	s.r.Reset(r)
+	return s
+}
+
+// release gives the reader back for another stream: nothing of its events
+// may be used after it. Buffers grown past maxKeptData are dropped.
+func (s *sseReader) release() {
+	s.r.Reset(nil)
+	if cap(s.line) > maxKeptData {
+		s.line = nil
+	}
+	if cap(s.data) > maxKeptData {
+		s.data = nil
+	}
+	s.line, s.data, s.typ = s.line[:0], s.data[:0], ""
+	sseReaders.Put(s)
 }
 
 // next returns the next event with data. At the end of the body it returns

@@ -44,3 +44,37 @@ func TestSSEReader(t *testing.T) {
 		t.Errorf("overlong line: %v", err)
 	}
 }
+
+// A released reader serves the next stream from its start: nothing of the
+// first stream's unread bytes, event type or data is left, a line longer
+// than the read buffer is read whole, and buffers grown past maxKeptData
+// are not kept.
+func TestSSEReaderReleasedServesTheNextStream(t *testing.T) {
+	long := strings.Repeat("y", 3*readBuffer)
+	for range 3 {
+		r := newSSEReader(strings.NewReader("event: first\ndata: " + long + "\n\ndata: unread\n\n"))
+		ev, err := r.next()
+		if err != nil || ev.Type != "first" || string(ev.Data) != long {
+			t.Fatalf("first stream: %q (%d bytes), %v", ev.Type, len(ev.Data), err)
+		}
+		r.release()
+
+		r = newSSEReader(strings.NewReader("data: second\n\n"))
+		ev, err = r.next()
+		if err != nil || ev.Type != "" || string(ev.Data) != "second" {
+			t.Fatalf("second stream: %q %q, %v", ev.Type, ev.Data, err)
+		}
+		if _, err := r.next(); !errors.Is(err, io.EOF) {
+			t.Fatalf("second stream's end: %v, want EOF", err)
+		}
+		r.release()
+	}
+	r := newSSEReader(strings.NewReader("data: " + strings.Repeat("z", 2*maxKeptData) + "\n\n"))
+	if _, err := r.next(); err != nil {
+		t.Fatal(err)
+	}
+	r.release()
+	if cap(r.line) > maxKeptData || cap(r.data) > maxKeptData {
+		t.Errorf("released with buffers of %d and %d bytes, want ≤ %d", cap(r.line), cap(r.data), maxKeptData)
+	}
+}
