@@ -278,6 +278,7 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 	// No goroutine per stream: the drain cancels it through a callback.
 	defer context.AfterFunc(a.drain, cancel)()
 	next := sub.NextRef
+	var protos *convert.Events // a gRPC stream's, on its first event
 	sse := sseStreamOf(stream.Context())
 	if sse != nil {
 		next = sse.pinging(sub)
@@ -298,10 +299,12 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 		if sse != nil {
 			// Through the interceptors' stream (metrics count it) to the
 			// SSE response, which encodes it once for all its readers.
-			sse.ev = *e
-			err = stream.SendMsg(&sse.ev)
+			err = stream.SendMsg(e)
 		} else {
-			err = stream.Send(convert.EventToProto(e))
+			if protos == nil {
+				protos = new(convert.Events)
+			}
+			err = stream.Send(protos.Proto(e))
 		}
 		if err != nil {
 			return err

@@ -225,11 +225,11 @@ type sseStream struct {
 	heartbeat time.Duration
 	frames    *frameCache
 
-	committed bool      // the status line and headers are set
-	flushed   bool      // and written
-	last      time.Time // of the last write
-	buf       []byte    // the frames of a reader that shares none
-	ev        session.Event
+	committed bool           // the status line and headers are set
+	flushed   bool           // and written
+	last      time.Time      // of the last write
+	buf       []byte         // the frames of a reader that shares none
+	protos    convert.Events // the API form of the event being framed
 	shared    *sessionFrames // joined on the first event
 	// sub is the subscription forward reads (nil: every write is
 	// flushed). While it holds events taken from the log in one batch, a
@@ -292,11 +292,11 @@ func (s *sseStream) sessionFrame(e *session.Event) ([]byte, error) {
 		return f, nil
 	}
 	if !s.shared.active() {
-		frame, err := s.frame(s.buf[:0], convert.EventToProto(e))
+		frame, err := s.frame(s.buf[:0], s.protos.Proto(e))
 		s.buf = frame
 		return frame, err
 	}
-	frame, err := s.frame(nil, convert.EventToProto(e))
+	frame, err := s.frame(nil, s.protos.Proto(e))
 	if err == nil {
 		s.shared.store(e, frame)
 	}

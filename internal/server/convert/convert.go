@@ -247,6 +247,41 @@ func jsonValue(raw json.RawMessage) *structpb.Value {
 	return &v
 }
 
+// Events maps the session events of one stream onto the API's, reusing
+// the API event, its time and its message_update payload from one call to
+// the next: a stream's steady state, a delta after a delta, allocates
+// nothing. A result is valid until the next call; the stream encodes it
+// before (gRPC's SendMsg encodes synchronously, and the server registers
+// no stats handler, which could keep a message). The zero value is ready.
+type Events struct {
+	ev   agentdv1.Event
+	ts   timestamppb.Timestamp
+	upd  agentdv1.MessageUpdate
+	wrap agentdv1.Event_MessageUpdate
+	tcd  agentdv1.ToolCallDelta
+}
+
+// Proto is EventToProto(e), in b's buffers for a message_update.
+func (b *Events) Proto(e *session.Event) *agentdv1.Event {
+	if e.Type != session.EventMessageUpdate {
+		return EventToProto(e)
+	}
+	b.ts.Reset()
+	b.ts.Seconds, b.ts.Nanos = e.Time.Unix(), int32(e.Time.Nanosecond())
+	b.upd.Reset()
+	b.upd.TextDelta, b.upd.ThinkingDelta = e.TextDelta, e.ThinkingDelta
+	if d := e.ToolCallDelta; d != nil {
+		b.tcd.Reset()
+		b.tcd.CallId, b.tcd.Name, b.tcd.InputDelta = d.CallID, d.Name, d.InputDelta
+		b.upd.ToolCallDelta = &b.tcd
+	}
+	b.wrap.MessageUpdate = &b.upd
+	b.ev.Reset()
+	b.ev.SessionId, b.ev.Seq, b.ev.Time, b.ev.Type, b.ev.PromptId = e.SessionID, e.Seq, &b.ts, e.Type, e.PromptID
+	b.ev.Payload = &b.wrap
+	return &b.ev
+}
+
 // EventToProto maps a session event onto the API's Event.
 func EventToProto(e *session.Event) *agentdv1.Event {
 	out := &agentdv1.Event{SessionId: e.SessionID, Seq: e.Seq, Time: timestamppb.New(e.Time), Type: e.Type, PromptId: e.PromptID}
