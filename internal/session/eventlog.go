@@ -64,8 +64,9 @@ type eventLog struct {
 	// ring[(seq-base) % size] holds seq. It grows as events come, up to
 	// size: an idle session costs no buffer. base is 1 unless the log was
 	// moved forward (jump) or filled from older stored events (prepend), as
-	// a replica's copy of a shared session's log is.
-	ring []Event
+	// a replica's copy of a shared session's log is. Events are held
+	// compact (heldEvent).
+	ring []heldEvent
 	size uint64
 	base uint64
 	next uint64 // the seq the next event gets
@@ -100,24 +101,32 @@ func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()
 // publish stamps e with the next seq and the time, stores it and, unless
 // the log is gated, wakes readers. It returns the stamped event.
 func (l *eventLog) publish(e Event) Event {
+	e, _ = l.publishHeld(e)
+	return e
+}
+
+// publishHeld is publish, which also returns the event as the log holds
+// it (for the in-process store to hold it the same).
+func (l *eventLog) publishHeld(e Event) (Event, heldEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return e
+		return e, heldEvent{}
 	}
 	if l.fenced {
-		return Event{} // Seq 0: not stored either
+		return Event{}, heldEvent{} // Seq 0: not stored either
 	}
 	e.SessionID = l.sessionID
 	e.Seq = l.next
 	e.Time = l.now()
-	l.storeLocked(e)
+	h := holdEvent(l.sessionID, &e)
+	l.storeLocked(h)
 	if !l.gated {
 		// A gated log's readers can read it once it is stored: stored
 		// wakes them then (woken now, they would find nothing to read).
 		l.wakeLocked()
 	}
-	return e
+	return e, h
 }
 
 // stored moves the delivered part of a gated log on to seq (the store
@@ -142,14 +151,14 @@ func (l *eventLog) fence(at uint64) uint64 {
 		at = l.durable
 	}
 	if at < l.next-1 {
-		var keep []Event
+		var keep []heldEvent
 		for seq := l.oldestLocked(); seq <= at; seq++ {
 			keep = append(keep, l.ring[(seq-l.base)%l.size])
 		}
 		if len(keep) == 0 {
 			l.jumpLocked(at + 1)
 		} else {
-			l.ring, l.base, l.next = keep, keep[0].Seq, at+1
+			l.ring, l.base, l.next = keep, keep[0].seq, at+1
 		}
 	}
 	l.durable = at
@@ -175,13 +184,18 @@ func (l *eventLog) visibleLocked() uint64 {
 }
 
 // storeLocked stores e, whose seq is next.
-func (l *eventLog) storeLocked(e Event) {
-	if uint64(len(l.ring)) < l.size {
+func (l *eventLog) storeLocked(e heldEvent) {
+	switch {
+	case uint64(len(l.ring)) == l.size:
+		l.ring[(e.seq-l.base)%l.size] = e
+	case l.ring == nil:
+		// A prompt has a few events at least: fewer regrowths.
+		l.ring = make([]heldEvent, 1, min(8, l.size))
+		l.ring[0] = e
+	default:
 		l.ring = append(l.ring, e)
-	} else {
-		l.ring[(e.Seq-l.base)%l.size] = e
 	}
-	l.next = e.Seq + 1
+	l.next = e.seq + 1
 }
 
 func (l *eventLog) wakeLocked() {
@@ -217,14 +231,15 @@ func (l *eventLog) apply(evs []Event) {
 		return
 	}
 	added := false
-	for _, e := range evs {
+	for i := range evs {
+		e := &evs[i]
 		if e.Seq < l.next {
 			continue
 		}
 		if e.Seq > l.next {
 			l.jumpLocked(e.Seq)
 		}
-		l.storeLocked(e)
+		l.storeLocked(holdEvent(l.sessionID, e))
 		added = true
 	}
 	if added {
@@ -241,15 +256,17 @@ func (l *eventLog) prepend(evs []Event) {
 	if len(evs) == 0 || evs[len(evs)-1].Seq+1 != l.oldestLocked() {
 		return
 	}
-	all := make([]Event, 0, len(evs)+int(l.next-l.oldestLocked()))
-	all = append(all, evs...)
+	all := make([]heldEvent, 0, len(evs)+int(l.next-l.oldestLocked()))
+	for i := range evs {
+		all = append(all, holdEvent(l.sessionID, &evs[i]))
+	}
 	for seq := l.oldestLocked(); seq < l.next; seq++ {
 		all = append(all, l.ring[(seq-l.base)%l.size])
 	}
 	if uint64(len(all)) > l.size {
 		all = all[uint64(len(all))-l.size:]
 	}
-	l.ring, l.base = all, all[0].Seq
+	l.ring, l.base = all, all[0].seq
 }
 
 // release drops the log's copy of its events when nobody reads them and
@@ -273,7 +290,7 @@ func (l *eventLog) lastType() string {
 	if l.next == l.oldestLocked() {
 		return ""
 	}
-	return l.ring[(l.next-1-l.base)%l.size].Type
+	return l.ring[(l.next-1-l.base)%l.size].typ
 }
 
 // oldest is the oldest seq held (next when none is).
@@ -397,7 +414,7 @@ func (s *Subscription) fill(ctx context.Context) error {
 		}
 		b := (*s.pooled)[:0]
 		for seq := s.after + 1; seq <= s.after+n; seq++ {
-			b = append(b, l.ring[(seq-l.base)%l.size])
+			b = append(b, l.ring[(seq-l.base)%l.size].event(l.sessionID))
 		}
 		*s.pooled, s.buf, s.used = b, b, max(s.used, len(b))
 		l.mu.Unlock()

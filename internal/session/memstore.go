@@ -41,7 +41,7 @@ type memSession struct {
 	mutable  Mutable
 	history  []Entry
 	stripped []int64
-	events   []Event
+	events   []heldEvent // compact, as a log holds them
 	lease    string
 	leaseEnd time.Time
 	epoch    uint64
@@ -169,7 +169,7 @@ func (b *MemoryStore) withRecord(s *memSession) Record {
 	r.Mutable = s.mutable
 	r.MessageCount = len(s.history)
 	if n := len(s.events); n > 0 {
-		r.LastSeq = s.events[n-1].Seq
+		r.LastSeq = s.events[n-1].seq
 	}
 	return r
 }
@@ -588,11 +588,21 @@ func (m *MemoryReplica) Running(_ context.Context) ([]string, error) {
 // fenced and checked against the stored stream as the Redis writer's
 // script does, and the watch is told.
 func (m *MemoryReplica) AppendEvent(id string, e Event) {
+	m.appendEvent(id, e, nil)
+}
+
+// appendEvent is AppendEvent of e, held as h when h is not nil (the
+// session's log held it so: the two share what a whole event holds).
+func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent) {
 	if m.down() != nil {
 		return
 	}
 	if e.SessionID == "" {
 		e.SessionID = id
+	}
+	if h == nil || e.SessionID != id {
+		held := holdEvent(id, &e)
+		h = &held
 	}
 	b := m.b
 	b.mu.Lock()
@@ -605,7 +615,7 @@ func (m *MemoryReplica) AppendEvent(id string, e Event) {
 	}
 	if s != nil && lostErr == nil {
 		if n := len(s.events); n > 0 {
-			top = s.events[n-1].Seq
+			top = s.events[n-1].seq
 		}
 		_, fenced := m.held[id]
 		switch {
@@ -617,9 +627,9 @@ func (m *MemoryReplica) AppendEvent(id string, e Event) {
 		default:
 			if s.events == nil {
 				// A prompt has a few events at least: fewer regrowths.
-				s.events = make([]Event, 0, 8)
+				s.events = make([]heldEvent, 0, 8)
 			}
-			s.events = append(s.events, e)
+			s.events = append(s.events, *h)
 			// Trimmed by an eighth at a time (as XADD MAXLEN ~ trims
 			// whole nodes): one copy per many events, not one per event.
 			if over := len(s.events) - b.events; over > b.events/8 {
@@ -663,11 +673,18 @@ func (m *MemoryReplica) Events(_ context.Context, id string, after uint64, count
 	if s == nil || count <= 0 {
 		return nil, nil
 	}
-	i, _ := slices.BinarySearchFunc(s.events, after+1, func(e Event, seq uint64) int {
-		return int(int64(e.Seq) - int64(seq))
+	i, _ := slices.BinarySearchFunc(s.events, after+1, func(e heldEvent, seq uint64) int {
+		return int(int64(e.seq) - int64(seq))
 	})
 	end := min(len(s.events), i+count)
-	return slices.Clone(s.events[i:end]), nil
+	if i >= end {
+		return nil, nil
+	}
+	out := make([]Event, end-i)
+	for j := range out {
+		out[j] = s.events[i+j].event(id)
+	}
+	return out, nil
 }
 
 func (m *MemoryReplica) Follow(id string, notify func(removed bool)) (stop func()) {

@@ -489,13 +489,19 @@ func (s *Session) appendEntryLocked(ctx context.Context, e Entry) error {
 // emit publishes e to the session's log and queues it for the stored
 // stream (readers get it once the store holds it).
 func (s *Session) emit(e Event) {
-	e = s.log.publish(e)
+	e, h := s.log.publishHeld(e)
 	if s.m.opts.Tracer != nil {
 		s.traceEvent(&e)
 	}
-	if e.Seq != 0 {
-		s.m.events.AppendEvent(s.id, e)
+	if e.Seq == 0 {
+		return
 	}
+	if mr, ok := s.m.events.(*MemoryReplica); ok {
+		// In process: the store holds the event as the log does.
+		mr.appendEvent(s.id, e, &h)
+		return
+	}
+	s.m.events.AppendEvent(s.id, e)
 }
 
 // run is one prompt: the first agent run and every continuation of its retry
