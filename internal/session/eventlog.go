@@ -336,19 +336,20 @@ func (l *eventLog) subscribers() int {
 type Subscription struct {
 	log   *eventLog
 	after uint64
-	buf   []Event
+	buf   []heldEvent // the batch taken from the log, as it holds events
+	cur   Event       // the one NextRef returned
 	// pooled holds buf's array while it is taken from eventBufs: a reader
 	// that catches up gives it back before it waits, so an idle reader
 	// holds no copy of past events, and a live one takes no new array per
 	// wake-up.
-	pooled *[]Event
+	pooled *[]heldEvent
 	used   int // the most of it a fill used since it was taken
 	closed bool
 	epoch  uint64 // the log's fence epoch when it subscribed
 }
 
 // eventBufs are the readers' batch arrays.
-var eventBufs = sync.Pool{New: func() any { b := make([]Event, 0, 16); return &b }}
+var eventBufs = sync.Pool{New: func() any { b := make([]heldEvent, 0, 16); return &b }}
 
 // subscribe returns a reader of the events after seq after. It fails at once
 // with a *DroppedError when those are gone.
@@ -385,10 +386,10 @@ func (s *Subscription) NextRef(ctx context.Context) (*Event, error) {
 			return nil, err
 		}
 	}
-	e := &s.buf[0]
+	s.cur = s.buf[0].event(s.log.sessionID)
 	s.buf = s.buf[1:]
-	s.after = e.Seq
-	return e, nil
+	s.after = s.cur.Seq
+	return &s.cur, nil
 }
 
 // Buffered is how many events NextRef returns without waiting: those
@@ -410,11 +411,11 @@ func (s *Subscription) fill(ctx context.Context) error {
 		const batch = 256
 		n = min(n, batch)
 		if s.pooled == nil {
-			s.pooled = eventBufs.Get().(*[]Event)
+			s.pooled = eventBufs.Get().(*[]heldEvent)
 		}
 		b := (*s.pooled)[:0]
 		for seq := s.after + 1; seq <= s.after+n; seq++ {
-			b = append(b, l.ring[(seq-l.base)%l.size].event(l.sessionID))
+			b = append(b, l.ring[(seq-l.base)%l.size])
 		}
 		*s.pooled, s.buf, s.used = b, b, max(s.used, len(b))
 		l.mu.Unlock()
