@@ -214,6 +214,17 @@ func (e *Env) CPUProfile(ctx context.Context, a *Agentd, name string, d time.Dur
 	return func() { <-done }
 }
 
+// AllocsProfile writes agentd's allocations since it started (pprof's
+// allocs profile) to profiles/name.pprof.
+func (e *Env) AllocsProfile(ctx context.Context, a *Agentd, name string) {
+	path := filepath.Join(e.Cfg.Out, "profiles", name+".pprof")
+	if err := a.Profile(ctx, "allocs", 0, path); err != nil {
+		e.Note("profiles", "%s: %v", name, err)
+		return
+	}
+	e.addProfile(path)
+}
+
 // HeapProfile writes agentd's heap (after a GC) and goroutine profiles to
 // profiles/name-heap.pprof and name-goroutine.pprof.
 func (e *Env) HeapProfile(ctx context.Context, a *Agentd, name string) {

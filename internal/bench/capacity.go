@@ -380,6 +380,9 @@ func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate
 		// cost would be in their CPU per prompt.
 		if e.profiling(round) && mix == mixHalf {
 			defer e.CPUProfile(ctx, a, profileName(store, fmt.Sprintf("capacity-%d-per-s-cpu", rate)), winEnd.Sub(winStart))()
+			// And what agentd allocated so far (since it started: the
+			// steps' prompts, mostly), by allocation site.
+			defer e.AllocsProfile(ctx, a, profileName(store, fmt.Sprintf("capacity-%d-per-s-allocs", rate)))
 		}
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
