@@ -403,6 +403,7 @@ func StartSentinel(t *testing.T) *Sentinels {
 		link, err := infoField(ctx, replica.Addr(), "replication", "master_link_status")
 		return link == "up", err
 	})
+	waitReplicated(ctx, t, master.Addr())
 	for range 3 {
 		n := New(t)
 		n.dir = filepath.Join(root, "s"+strconv.Itoa(n.port))
