@@ -268,45 +268,68 @@ func (c *Cluster) WaitReplicated(ctx context.Context, master *Server) {
 	waitReplicated(ctx, c.t, master.Addr())
 }
 
+// replication is a master's INFO replication: its offset and, for each
+// replica it lists, whether it is online and at which offset.
+type replication struct {
+	offset   int64
+	replicas []replicaState
+}
+
+type replicaState struct {
+	line   string // as INFO gives it
+	online bool
+	offset int64
+}
+
+// replicationOf reads the INFO replication of the master at addr.
+func replicationOf(ctx context.Context, addr string) (replication, error) {
+	var info string
+	if err := with(addr, func(c *redis.Client) (err error) {
+		info, err = c.Info(ctx, "replication").Result()
+		return err
+	}); err != nil {
+		return replication{}, err
+	}
+	var r replication
+	var err error
+	if r.offset, err = strconv.ParseInt(fieldOf(info, "master_repl_offset"), 10, 64); err != nil {
+		return r, fmt.Errorf("%s: master_repl_offset: %w", addr, err)
+	}
+	for i := 0; ; i++ {
+		v := fieldOf(info, "slave"+strconv.Itoa(i))
+		if v == "" {
+			return r, nil
+		}
+		rs := replicaState{line: v, online: strings.Contains(v, "state=online"), offset: -1}
+		for _, kv := range strings.Split(v, ",") {
+			if k, x, ok := strings.Cut(kv, "="); ok && k == "offset" {
+				rs.offset, _ = strconv.ParseInt(x, 10, 64)
+			}
+		}
+		r.replicas = append(r.replicas, rs)
+	}
+}
+
 // waitReplicated waits until every replica the master at addr lists is
 // online at an offset at least its master_repl_offset when called.
 func waitReplicated(ctx context.Context, t *testing.T, addr string) {
 	t.Helper()
 	want := int64(-1)
 	Eventually(ctx, t, addr+"'s replicas have acknowledged its writes", func(ctx context.Context) (bool, error) {
-		var info string
-		if err := with(addr, func(c *redis.Client) (err error) {
-			info, err = c.Info(ctx, "replication").Result()
-			return err
-		}); err != nil {
+		r, err := replicationOf(ctx, addr)
+		if err != nil {
 			return false, err
 		}
 		if want < 0 {
-			off, err := strconv.ParseInt(fieldOf(info, "master_repl_offset"), 10, 64)
-			if err != nil {
-				return false, fmt.Errorf("%s: master_repl_offset: %w", addr, err)
-			}
-			want = off
+			want = r.offset
 		}
-		n := 0
-		for i := 0; ; i++ {
-			v := fieldOf(info, "slave"+strconv.Itoa(i))
-			if v == "" {
-				break
-			}
-			n++
-			var off int64 = -1
-			for _, kv := range strings.Split(v, ",") {
-				if k, x, ok := strings.Cut(kv, "="); ok && k == "offset" {
-					off, _ = strconv.ParseInt(x, 10, 64)
-				}
-			}
-			if !strings.Contains(v, "state=online") || off < want {
-				return false, fmt.Errorf("%s: replica %s, at %d of %d", addr, v, off, want)
-			}
-		}
-		if n == 0 {
+		if len(r.replicas) == 0 {
 			return false, fmt.Errorf("%s lists no replica", addr)
+		}
+		for _, rs := range r.replicas {
+			if !rs.online || rs.offset < want {
+				return false, fmt.Errorf("%s: replica %s, at %d of %d", addr, rs.line, rs.offset, want)
+			}
 		}
 		return true, nil
 	})
@@ -542,20 +565,13 @@ func (s *Sentinels) WaitMaster(ctx context.Context, old string) string {
 func (s *Sentinels) WaitReplicas(ctx context.Context, addr string, n int) {
 	s.t.Helper()
 	Eventually(ctx, s.t, fmt.Sprintf("%s has %d replicas in sync", addr, n), func(ctx context.Context) (bool, error) {
-		var info string
-		if err := with(addr, func(c *redis.Client) (err error) {
-			info, err = c.Info(ctx, "replication").Result()
-			return err
-		}); err != nil {
+		r, err := replicationOf(ctx, addr)
+		if err != nil {
 			return false, err
 		}
 		online := 0
-		for i := 0; ; i++ {
-			v := fieldOf(info, "slave"+strconv.Itoa(i))
-			if v == "" {
-				break
-			}
-			if strings.Contains(v, "state=online") {
+		for _, rs := range r.replicas {
+			if rs.online {
 				online++
 			}
 		}
