@@ -124,14 +124,15 @@ func (m *MemoryReplica) loseLocked(id string) {
 	}
 }
 
-// fencedLocked reports whether a write of id by this replica is refused:
-// it holds a lease of id it knows of, and the lease is no longer that one.
-func (m *MemoryReplica) fencedLocked(id string, s *memSession) bool {
-	epoch, ok := m.held[id]
-	if !ok {
-		return false
+// fencedLocked reports whether this replica writes id under a lease it
+// took (held), and whether such a write is refused: the lease is no longer
+// that one.
+func (m *MemoryReplica) fencedLocked(id string, s *memSession) (held, refused bool) {
+	epoch, held := m.held[id]
+	if !held {
+		return false, false
 	}
-	return s == nil || !s.leaseHeldLocked(m.id) || s.epoch != epoch
+	return true, s == nil || !s.leaseHeldLocked(m.id) || s.epoch != epoch
 }
 
 func (s *memSession) leaseHeldLocked(replica string) bool {
@@ -154,7 +155,7 @@ func (m *MemoryReplica) write(id string, fn func(s *memSession)) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.sessions[id]
-	if m.fencedLocked(id, s) {
+	if _, refused := m.fencedLocked(id, s); refused {
 		m.loseLocked(id)
 		return fmt.Errorf("session store: write of %s: %w", id, ErrFenced)
 	}
@@ -588,12 +589,14 @@ func (m *MemoryReplica) Running(_ context.Context) ([]string, error) {
 // fenced and checked against the stored stream as the Redis writer's
 // script does, and the watch is told.
 func (m *MemoryReplica) AppendEvent(id string, e Event) {
-	m.appendEvent(id, e, nil)
+	m.appendEvent(id, e, nil, nil)
 }
 
 // appendEvent is AppendEvent of e, held as h when h is not nil (the
-// session's log held it so: the two share what a whole event holds).
-func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent) {
+// session's log held it so: the two share what a whole event holds). With
+// log not nil, the session's log is told the stored seq directly rather
+// than through the watch, which would look the session up again.
+func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent, log *eventLog) {
 	if m.down() != nil {
 		return
 	}
@@ -609,7 +612,8 @@ func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent) {
 	s := b.sessions[id]
 	var lostErr error
 	var top uint64
-	if m.fencedLocked(id, s) {
+	fenced, refused := m.fencedLocked(id, s)
+	if refused {
 		m.loseLocked(id)
 		lostErr = ErrFenced
 	}
@@ -617,7 +621,6 @@ func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent) {
 		if n := len(s.events); n > 0 {
 			top = s.events[n-1].seq
 		}
-		_, fenced := m.held[id]
 		switch {
 		case e.Seq <= top:
 			// Stored already.
@@ -651,6 +654,8 @@ func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent) {
 	switch {
 	case lostErr != nil && w.Lost != nil:
 		w.Lost(id, top, lostErr)
+	case lostErr == nil && s != nil && log != nil:
+		log.stored(top)
 	case lostErr == nil && s != nil && w.Stored != nil:
 		w.Stored(id, top)
 	}

@@ -498,7 +498,7 @@ func (s *Session) emit(e Event) {
 	}
 	if mr, ok := s.m.events.(*MemoryReplica); ok {
 		// In process: the store holds the event as the log does.
-		mr.appendEvent(s.id, e, &h)
+		mr.appendEvent(s.id, e, &h, s.log)
 		return
 	}
 	s.m.events.AppendEvent(s.id, e)
