@@ -213,7 +213,7 @@ func TestPromptTraceCapturesContent(t *testing.T) {
 // SDK's default parent-based sampler): no prompt span, no attempt span; a
 // sampled one records both.
 func TestUnsampledPromptRecordsNothing(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
+	rec := endedSpans{tracetest.NewSpanRecorder(), make(chan struct{}, 8)}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	m := session.NewManager(session.Options{
@@ -240,11 +240,32 @@ func TestUnsampledPromptRecordsNothing(t *testing.T) {
 		want := 0
 		if sampled {
 			want = 2 // the prompt's span and its attempt's
+			// The prompt's span ends after its prompt_end went out.
+			for range want {
+				select {
+				case <-rec.ended:
+				case <-testkit.Context(t).Done():
+					t.Fatalf("sampled: %d spans ended, want %d", len(rec.Ended()), want)
+				}
+			}
 		}
+		// Unsampled, no span is made at all: had one been, the sampled
+		// prompt's count would be over.
 		if got := len(rec.Ended()); got != want {
 			t.Errorf("sampled %v: %d spans recorded, want %d", sampled, got, want)
 		}
 	}
+}
+
+// endedSpans is a span recorder that says when a span ended.
+type endedSpans struct {
+	*tracetest.SpanRecorder
+	ended chan struct{}
+}
+
+func (r endedSpans) OnEnd(s sdktrace.ReadOnlySpan) {
+	r.SpanRecorder.OnEnd(s)
+	r.ended <- struct{}{}
 }
 
 // tracedPrompt runs text on s to a completed prompt_end and returns the
