@@ -99,15 +99,10 @@ func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()
 }
 
 // publish stamps e with the next seq and the time, stores it and, unless
-// the log is gated, wakes readers. It returns the stamped event.
-func (l *eventLog) publish(e Event) Event {
-	e, _ = l.publishHeld(e)
-	return e
-}
-
-// publishHeld is publish, which also returns the event as the log holds
-// it (for the in-process store to hold it the same).
-func (l *eventLog) publishHeld(e Event) (Event, heldEvent) {
+// the log is gated, wakes readers. It returns the stamped event, and the
+// event as the log holds it (for the in-process store to hold it the
+// same).
+func (l *eventLog) publish(e Event) (Event, heldEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

@@ -489,7 +489,7 @@ func (s *Session) appendEntryLocked(ctx context.Context, e Entry) error {
 // emit publishes e to the session's log and queues it for the stored
 // stream (readers get it once the store holds it).
 func (s *Session) emit(e Event) {
-	e, h := s.log.publishHeld(e)
+	e, h := s.log.publish(e)
 	if s.m.opts.Tracer != nil {
 		s.traceEvent(&e)
 	}
