@@ -57,8 +57,15 @@ func newSSEReader(r io.Reader) *sseReader {
 }
 
 // release gives the reader back for another stream: nothing of its events
-// may be used after it. Buffers grown past maxKeptData are dropped.
+// may be used after it.
 func (s *sseReader) release() {
+	s.reset()
+	sseReaders.Put(s)
+}
+
+// reset empties the reader of its stream, dropping buffers grown past
+// maxKeptData.
+func (s *sseReader) reset() {
 	s.r.Reset(nil)
 	if cap(s.line) > maxKeptData {
 		s.line = nil
@@ -67,7 +74,6 @@ func (s *sseReader) release() {
 		s.data = nil
 	}
 	s.line, s.data, s.typ = s.line[:0], s.data[:0], ""
-	sseReaders.Put(s)
 }
 
 // next returns the next event with data. At the end of the body it returns
