@@ -58,8 +58,6 @@ func (r *Redis) replicated(ctx context.Context, key string, queue func(pipe redi
 	if err != nil {
 		return err
 	}
-	pipe := node.Pipeline()
-	queue(pipe)
 	// WAIT never outlasts ctx: a deadline that would cut it off mid-wait
 	// (an i/o timeout, the write's outcome unknown) shortens it instead, so
 	// that too few acknowledgements read as ErrNotReplicated.
@@ -67,6 +65,14 @@ func (r *Redis) replicated(ctx context.Context, key string, queue func(pipe redi
 	if dl, ok := ctx.Deadline(); ok {
 		bound = min(bound, time.Until(dl)*3/4)
 	}
+	if c, ok := node.(*redis.Client); ok && bound >= c.Options().ReadTimeout {
+		// A pipeline's replies are read within the client's read timeout,
+		// which a longer WAIT would outlast (an i/o timeout, the outcome
+		// unknown): this pipeline's is the wait's and the client's own.
+		node = c.WithTimeout(bound + c.Options().ReadTimeout)
+	}
+	pipe := node.Pipeline()
+	queue(pipe)
 	wait := pipe.Do(ctx, "wait", r.o.MinReplicaAcks, max(bound.Milliseconds(), 1)) // 0 would wait forever
 	if _, err := pipe.Exec(ctx); err != nil {
 		return err

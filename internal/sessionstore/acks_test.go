@@ -90,3 +90,20 @@ func TestMinReplicaAcks(t *testing.T) {
 		t.Errorf("running %v after EndRun", ids)
 	}
 }
+
+// A WAIT longer than the client's read timeout is waited for: too few
+// acknowledgements read as ErrNotReplicated within the ack timeout, not as
+// an i/o timeout whose outcome is unknown.
+func TestMinReplicaAcksWaitOutlastsTheReadTimeout(t *testing.T) {
+	master := redistest.Start(t)
+	ctx := testkit.Context(t)
+	c := newClient(t, master.Addr(), 100*time.Millisecond)
+	s := newStore(t, c, Options{Timeout: 3 * time.Second, MinReplicaAcks: 1, AckTimeout: 400 * time.Millisecond})
+	_, err := s.Create(ctx, record("ses_slow_ack", "acme"), 0)
+	if !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), "0 of 1 replicas within 400ms") {
+		t.Fatalf("Create without a replica, WAIT longer than the read timeout = %v, want ErrNotReplicated after the whole wait", err)
+	}
+	if _, ok, err := s.Load(ctx, "ses_slow_ack"); ok || err != nil {
+		t.Errorf("the session not replicated is still there: %v, %v", ok, err)
+	}
+}
