@@ -96,11 +96,10 @@ type Config struct {
 
 // Env is what the scenarios share in a run.
 type Env struct {
-	Cfg   Config
-	Dir   string // scratch directory
-	Mock  *MockProc
-	Floor *Floor
-	Prog  *Progress
+	Cfg  Config
+	Dir  string // scratch directory
+	Mock *MockProc
+	Prog *Progress
 	// Redis is the redis-server of the Redis-store runs of the
 	// StoreScenarios (nil without them); retry starts its own.
 	Redis *Redis
@@ -348,11 +347,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer e.Mock.Stop(5 * time.Second)
-	e.Floor, err = StartFloor(e.Mock.URL)
-	if err != nil {
-		return nil, err
-	}
-	defer e.Floor.Close()
 	if slices.Contains(cfg.Stores, StoreRedis) && slices.ContainsFunc(cfg.Scenarios, isStoreScenario) {
 		e.Redis, err = StartRedis(dir)
 		if err != nil {

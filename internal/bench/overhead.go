@@ -53,6 +53,14 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 		return nil, err
 	}
 	defer c.Close()
+	// The floor is a process of its own, as agentd and the mock are: a
+	// proxy inside the bench's process would skip the wake-up of an idle
+	// process that every other hop pays.
+	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL)
+	if err != nil {
+		return nil, fmt.Errorf("floor proxy: %w", err)
+	}
+	defer fp.Stop(5 * time.Second)
 	total := p.Warmup + p.N
 	ids, err := c.CreateSessions(ctx, 2*total, 8, &agentdv1.CreateSessionRequest{Model: "mock/claude-bench"})
 	if err != nil {
@@ -87,7 +95,7 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 			case pathDirect:
 				err = ProviderCall(rctx, hc, e.Mock.URL, text, headers, t)
 			case pathFloor:
-				err = ProviderCall(rctx, hc, e.Floor.URL, text, headers, t)
+				err = ProviderCall(rctx, hc, fp.URL, text, headers, t)
 			case pathREST:
 				err = c.PromptSSE(rctx, ids[2*i], text, t)
 			case pathGRPC:
