@@ -118,13 +118,14 @@ func runFloorProxy(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench floor-proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	target := fs.String("target", "", "the URL to proxy to (the mock provider)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the proxy's whole run to this file")
 	if err := fs.Parse(args); err != nil || *target == "" {
-		fmt.Fprintln(stderr, "usage: agentd bench floor-proxy --target URL")
+		fmt.Fprintln(stderr, "usage: agentd bench floor-proxy --target URL [--cpuprofile FILE]")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := bench.RunFloorProxy(ctx, *target, stdout); err != nil {
+	if err := bench.RunFloorProxy(ctx, *target, *cpuProfile, stdout); err != nil {
 		fmt.Fprintln(stderr, "agentd bench floor-proxy:", err)
 		return 1
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -202,12 +203,31 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 // floorStep runs rate through the bare reverse proxy, a process of its
 // own, straight to the mock: the same streams, no agentd. Its CPU per
 // chunk is the floor of what relaying a chunk costs on this machine.
+//
+// The high rate's step, whose CPU no ratio uses, is profiled in the
+// profiling round (its whole run: the profiler's own cost is in it), so
+// that the floor's per-chunk cost can be read beside agentd's profile of
+// the same rate.
 func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate int) (Metrics, error) {
-	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL)
+	var profile string
+	if rate == p.FloorHighRate && e.profiling(round) {
+		profile = filepath.Join(e.Cfg.Out, "profiles", fmt.Sprintf("capacity-floor-%d-per-s-cpu.pprof", rate))
+	}
+	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL, profile)
 	if err != nil {
 		return nil, err
 	}
-	defer fp.Stop(5 * time.Second)
+	defer func() {
+		fp.Stop(5 * time.Second)
+		if profile == "" {
+			return
+		}
+		if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
+			e.Note("profiles", "the floor's profile at %d/s was not written", rate)
+			return
+		}
+		e.addProfile(profile)
+	}()
 	hc := NewHTTPClient()
 	defer hc.CloseIdleConnections()
 	headers := map[string]string{

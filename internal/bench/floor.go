@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -54,8 +56,23 @@ const FloorProcMsg = "floor proxy listening on "
 
 // RunFloorProxy is `agentd bench floor-proxy --target URL`: the bare
 // reverse proxy as a process of its own, so that its CPU time can be read
-// from /proc like agentd's. It serves until SIGTERM.
-func RunFloorProxy(ctx context.Context, target string, stdout io.Writer) error {
+// from /proc like agentd's. It serves until SIGTERM; with cpuProfile set,
+// its whole run is CPU-profiled into that file.
+func RunFloorProxy(ctx context.Context, target, cpuProfile string, stdout io.Writer) error {
+	if cpuProfile != "" {
+		pf, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = pf.Close()
+		}()
+	}
 	f, err := StartFloor(target)
 	if err != nil {
 		return err
@@ -66,9 +83,14 @@ func RunFloorProxy(ctx context.Context, target string, stdout io.Writer) error {
 	return nil
 }
 
-// StartFloorProc runs `bin bench floor-proxy` in front of target.
-func StartFloorProc(bin, target string) (*MockProc, error) {
-	cmd := exec.Command(bin, "bench", "floor-proxy", "--target", target)
+// StartFloorProc runs `bin bench floor-proxy` in front of target, with
+// its CPU profile written to cpuProfile when that is set.
+func StartFloorProc(bin, target, cpuProfile string) (*MockProc, error) {
+	args := []string{"bench", "floor-proxy", "--target", target}
+	if cpuProfile != "" {
+		args = append(args, "--cpuprofile", cpuProfile)
+	}
+	cmd := exec.Command(bin, args...)
 	m := &MockProc{}
 	p, err := start("floor-proxy", cmd, 30*time.Second, func(line string) bool {
 		if u, ok := strings.CutPrefix(line, FloorProcMsg); ok {

@@ -56,7 +56,7 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 	// The floor is a process of its own, as agentd and the mock are: a
 	// proxy inside the bench's process would skip the wake-up of an idle
 	// process that every other hop pays.
-	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL)
+	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL, "")
 	if err != nil {
 		return nil, fmt.Errorf("floor proxy: %w", err)
 	}
