@@ -512,6 +512,7 @@ func (s *Session) emit(e Event) {
 // cancel is ctx's: it runs when the prompt has ended, on every path, so that
 // nothing of the run stays attached to the manager's context.
 func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64, promptID string, res *resumePoint) {
+	growRunStack(int(gen))
 	defer s.m.runs.Done()
 	defer cancel()
 	stopLease := s.m.rep.hold(s, promptID)
