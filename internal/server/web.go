@@ -168,7 +168,7 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 	}
 	// Only this handler hands out grants.
 	for k := range r.Header {
-		if strings.HasSuffix(strings.ToLower(k), token.GrantKey) {
+		if hasSuffixFold(k, token.GrantKey) {
 			r.Header.Del(k)
 		}
 	}
@@ -236,6 +236,13 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 		}
 	}
 	return webRoute{kind: routeGateway, r: r}
+}
+
+// hasSuffixFold is strings.HasSuffix under Unicode case folding, without
+// the copy of strings.ToLower (a canonical header key has capitals: every
+// request's headers would be copied).
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
 }
 
 // bearer checks r's Authorization header.
