@@ -30,7 +30,6 @@ import (
 	"sync"
 	"testing"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
@@ -248,11 +247,11 @@ func registered(t *testing.T) registryResult {
 		reg := prometheus.NewPedanticRegistry()
 		rec := &recorder{Registerer: reg}
 		metrics.New(rec, res.opts)
-		grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+		grpcMetrics := metrics.NewGRPCServer()
 		rec.MustRegister(grpcMetrics)
 		gs := grpc.NewServer()
 		healthpb.RegisterHealthServer(gs, health.NewServer())
-		grpcMetrics.InitializeMetrics(gs)
+		grpcMetrics.Initialize(gs)
 
 		for _, c := range rec.collectors {
 			ch := make(chan *prometheus.Desc)

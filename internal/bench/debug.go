@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"time"
 )
@@ -19,6 +20,7 @@ const debugMsg = "agentd bench debug listener"
 //
 //	GET /debug/bench/mem[?gc=1]          Go memory statistics (after a GC with gc=1)
 //	GET /debug/pprof/profile?seconds=N   CPU profile (N ≤ 60)
+//	GET /debug/pprof/trace?seconds=N     execution trace (N ≤ 60)
 //	GET /debug/pprof/{heap,goroutine,allocs,block,mutex}
 //
 // `agentd serve` starts it when AGENTD_BENCH_DEBUG_ADDR is set (the bench
@@ -62,6 +64,20 @@ func ServeDebug(addr string, w io.Writer) error {
 		case <-r.Context().Done():
 		}
 		pprof.StopCPUProfile()
+	})
+	mux.HandleFunc("GET /debug/pprof/trace", func(w http.ResponseWriter, r *http.Request) {
+		sec, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
+		sec = min(max(sec, 1), 60)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if err := trace.Start(w); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		select {
+		case <-time.After(time.Duration(sec) * time.Second):
+		case <-r.Context().Done():
+		}
+		trace.Stop()
 	})
 	mux.HandleFunc("GET /debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
 		p := pprof.Lookup(r.PathValue("name"))

@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -176,7 +175,7 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	s.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "agentd", Name: "event_subscribers", Help: "Readers following sessions' events (Prompt and StreamEvents streams, SSE).",
 	}, func() float64 { return float64(s.sessions.Subscribers()) }))
-	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	grpcMetrics := metrics.NewGRPCServer()
 	s.registry.MustRegister(grpcMetrics)
 
 	tokens := map[string]caller{}
@@ -185,8 +184,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	}
 	auth := newAuthenticator(tokens)
 	s.auth = auth
-	s.unaryInterceptors = unaryChain{grpcMetrics.UnaryServerInterceptor(), auth.unary}
-	s.streamInterceptors = streamChain{grpcMetrics.StreamServerInterceptor(), auth.stream}
+	s.unaryInterceptors = unaryChain{grpcMetrics.UnaryInterceptor, auth.unary}
+	s.streamInterceptors = streamChain{grpcMetrics.StreamInterceptor, auth.stream}
 	if s.tracing != nil {
 		// The caller's trace context (traceparent metadata; the HTTP face
 		// forwards the header) becomes the parent of the prompt's span.
@@ -207,7 +206,7 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	reflection.Register(s.grpcSrv)
-	grpcMetrics.InitializeMetrics(s.grpcSrv)
+	grpcMetrics.Initialize(s.grpcSrv)
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("listen.grpc: %w", err)
