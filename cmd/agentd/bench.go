@@ -38,7 +38,11 @@ idle-memory, fanout, retry (default: all, about 10 minutes), each run
 --rounds times interleaved; it writes results.json, results.md and pprof
 profiles to --out. --store redis or both also runs overhead, capacity,
 idle-memory and fanout with agentd on the Redis store (a redis-server of
-the bench's own; metrics named "redis.…"). See BENCHMARKS.md.
+the bench's own; metrics named "redis.…"). --baseline OLD runs an
+earlier agentd binary beside the one under test in overhead, the two's
+prompts interleaved in a random order, and reports the added TTFT and
+CPU per prompt as ratios to the baseline's: a paired comparison that a
+busy machine moves less than two runs. See BENCHMARKS.md.
 
 Flags:
 `
@@ -63,6 +67,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	memBudget := fs.Float64("mem-budget-gib", 8, "stop growing idle sessions or subscribers when agentd's RSS passes this")
 	repo := fs.String("repo", "", "module root for the Go benchmarks of internal/retry (default: the current directory when it holds go.mod)")
 	version := fs.String("version", "", "label of the agentd under test (default: git describe)")
+	baseline := fs.String("baseline", "", "an earlier agentd binary: overhead runs it beside --agentd, their prompts interleaved in a random order, and reports ratios to it")
+	baselineVersion := fs.String("baseline-version", "", "label of the baseline in the report")
 	store := fs.String("store", "memory", "session store of agentd in overhead, capacity, idle-memory and fanout: memory, redis or both (redis-server on PATH)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -95,11 +101,22 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agentd bench:", err)
 		return 2
 	}
+	if *baseline != "" {
+		if *baseline, err = filepath.Abs(*baseline); err != nil {
+			fmt.Fprintln(stderr, "agentd bench:", err)
+			return 2
+		}
+		if _, err := os.Stat(*baseline); err != nil {
+			fmt.Fprintln(stderr, "agentd bench: --baseline:", err)
+			return 2
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := bench.Run(ctx, bench.Config{
 		Bin: abs, Out: *out, Rounds: *rounds, Scenarios: fs.Args(), Quick: *quick, Profile: *profile,
 		MemBudget: int64(*memBudget * (1 << 30)), RepoDir: *repo, Progress: stderr, Version: *version, Stores: stores,
+		Baseline: *baseline, BaselineVersion: *baselineVersion,
 	})
 	if res != nil {
 		fmt.Fprint(stdout, bench.Markdown(res))

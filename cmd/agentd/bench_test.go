@@ -128,6 +128,51 @@ func TestBenchQuickRedis(t *testing.T) {
 	}
 }
 
+// `agentd bench --baseline OLD overhead` runs a second agentd beside the
+// one under test (here the same binary) and sets each path's added TTFT,
+// per-chunk transit and CPU per prompt against the baseline's.
+func TestBenchQuickBaseline(t *testing.T) {
+	bin := buildAgentd(t)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := runBench([]string{"--agentd", bin, "--baseline", bin, "--baseline-version", "same", "--quick", "--rounds", "1",
+		"--profile=false", "--out", out, "overhead"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Baseline  string `json:"baseline"`
+		Scenarios map[string]struct {
+			Errors []string         `json:"errors"`
+			Rounds []map[string]any `json:"rounds"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Baseline != bin+" (same)" {
+		t.Errorf("baseline = %q", res.Baseline)
+	}
+	sc := res.Scenarios["overhead"]
+	if len(sc.Errors) > 0 || len(sc.Rounds) != 1 {
+		t.Fatalf("overhead: %d rounds, errors %v", len(sc.Rounds), sc.Errors)
+	}
+	for _, k := range []string{"ratio_to_baseline.rest.p50", "ratio_to_baseline.grpc.p50", "ratio_to_baseline.cpu_per_prompt",
+		"baseline.cpu_us_per_prompt", "errors.rest_baseline", "errors.grpc_baseline"} {
+		v, ok := sc.Rounds[0][k].(float64)
+		if !ok || (v <= 0) != strings.HasPrefix(k, "errors.") {
+			t.Errorf("%s = %v", k, sc.Rounds[0][k])
+		}
+	}
+	if !strings.Contains(stdout.String(), "**Against the baseline**") || !strings.Contains(stdout.String(), "| baseline agentd gRPC |") {
+		t.Errorf("results.md has no baseline:\n%s", stdout.String())
+	}
+}
+
 func TestBenchFlags(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := runBench([]string{"--out", t.TempDir(), "--rounds", "1", "nosuch"}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "unknown scenario") {
@@ -136,6 +181,10 @@ func TestBenchFlags(t *testing.T) {
 	stderr.Reset()
 	if code := runBench([]string{"--out", t.TempDir(), "--store", "etcd"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "memory, redis or both") {
 		t.Errorf("--store etcd: exit %d: %s", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := runBench([]string{"--out", t.TempDir(), "--baseline", filepath.Join(t.TempDir(), "none")}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--baseline") {
+		t.Errorf("--baseline missing: exit %d: %s", code, stderr.String())
 	}
 	stderr.Reset()
 	if code := runBench([]string{"-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "idle-memory") {

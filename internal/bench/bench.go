@@ -92,6 +92,14 @@ type Config struct {
 	// once per round, in this order (default: memory only). The Redis runs
 	// share one redis-server that the bench starts.
 	Stores []string
+	// Baseline, when set, is an earlier agentd binary: the overhead
+	// scenario runs it beside Bin, the two's prompts interleaved in a
+	// random order, and reports Bin's added TTFT and CPU per prompt as
+	// ratios to the baseline's (a paired comparison: both see the same
+	// moments of a shared machine).
+	Baseline string
+	// BaselineVersion labels the baseline in the report.
+	BaselineVersion string
 }
 
 // Env is what the scenarios share in a run.
@@ -133,17 +141,29 @@ func (e *Env) StartAgentd(name string, cfg string, env ...string) (*Agentd, erro
 // store-dependent scenario on store: on the Redis store with e.Redis and a
 // key prefix of the run's own ("bench-<scenario>-<round>:").
 func (e *Env) StartAgentdOn(store, scenario string, round int, cfg string) (*Agentd, error) {
+	return e.startAgentdOn(e.Cfg.Bin, store, scenario, round, cfg)
+}
+
+// startAgentdOn is StartAgentdOn with the binary bin; scenario names the
+// run's key prefix on the Redis store.
+func (e *Env) startAgentdOn(bin, store, scenario string, round int, cfg string) (*Agentd, error) {
 	switch store {
 	case StoreMemory:
-		return e.StartAgentd(scenario, cfg)
+		scenario += "-"
 	case StoreRedis:
 		if e.Redis == nil {
 			return nil, errors.New("no redis-server for the Redis store")
 		}
 		cfg = fmt.Sprintf("store: {backend: redis, redis: {addr: %q, key_prefix: \"bench-%s-%d:\"}}\n", e.Redis.Addr, scenario, round) + cfg
-		return e.StartAgentd(scenario+"-redis", cfg)
+		scenario += "-redis-"
+	default:
+		return nil, fmt.Errorf("unknown store %q", store)
 	}
-	return nil, fmt.Errorf("unknown store %q", store)
+	dir, err := os.MkdirTemp(e.Dir, scenario)
+	if err != nil {
+		return nil, err
+	}
+	return StartAgentd(bin, dir, cfg, nil)
 }
 
 // redisOf is the redis-server a run on store uses: e.Redis on the Redis
@@ -249,13 +269,16 @@ func (e *Env) addProfile(path string) {
 
 // Result is a whole run's output.
 type Result struct {
-	Started   time.Time                  `json:"started"`
-	Duration  string                     `json:"duration"`
-	Machine   Machine                    `json:"machine"`
-	Version   string                     `json:"agentd_version"`
-	Rounds    int                        `json:"rounds"`
-	Quick     bool                       `json:"quick"`
-	Stores    []string                   `json:"stores,omitempty"` // of the StoreScenarios, when not memory alone
+	Started  time.Time `json:"started"`
+	Duration string    `json:"duration"`
+	Machine  Machine   `json:"machine"`
+	Version  string    `json:"agentd_version"`
+	Rounds   int       `json:"rounds"`
+	Quick    bool      `json:"quick"`
+	Stores   []string  `json:"stores,omitempty"` // of the StoreScenarios, when not memory alone
+	// Baseline is the earlier agentd binary the overhead scenario ran
+	// beside the one under test (Config.Baseline), with its label.
+	Baseline  string                     `json:"baseline,omitempty"`
 	Scenarios map[string]*ScenarioResult `json:"scenarios"`
 	Targets   []Target                   `json:"targets"`
 	GoBench   map[string]map[string]Agg  `json:"go_bench,omitempty"`
@@ -359,6 +382,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Quick: cfg.Quick, Scenarios: map[string]*ScenarioResult{}}
 	if !slices.Equal(cfg.Stores, []string{StoreMemory}) {
 		res.Stores = cfg.Stores
+	}
+	if cfg.Baseline != "" {
+		res.Baseline = cfg.Baseline
+		if cfg.BaselineVersion != "" {
+			res.Baseline += " (" + cfg.BaselineVersion + ")"
+		}
 	}
 	for _, s := range cfg.Scenarios {
 		res.Scenarios[s] = &ScenarioResult{}

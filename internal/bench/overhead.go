@@ -3,6 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -15,6 +20,9 @@ const (
 	pathFloor  = "floor"  // through the bare httputil.ReverseProxy
 	pathREST   = "rest"   // through agentd, REST + SSE
 	pathGRPC   = "grpc"   // through agentd, gRPC
+	// With a baseline (Config.Baseline): the same two through it.
+	pathRESTBase = "rest_baseline"
+	pathGRPCBase = "grpc_baseline"
 )
 
 var overheadPaths = []string{pathDirect, pathFloor, pathREST, pathGRPC}
@@ -38,12 +46,27 @@ func overheadParamsFor(quick bool) overheadParams {
 // its inbound time (request sent → mock got it) and each chunk its transit
 // time (mock wrote it → client read it), whatever the path. On the Redis
 // store, redis-server's CPU per prompt is measured too.
-func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics, error) {
+func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metrics, err error) {
 	p := overheadParamsFor(e.Cfg.Quick)
 	headers := map[string]string{
 		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
 	}
-	a, err := e.StartAgentdOn(store, "overhead", round, "providers:\n"+e.MockProvider("mock", "anthropic", headers))
+	cfg := "providers:\n" + e.MockProvider("mock", "anthropic", headers)
+	bin, baseBin := e.Cfg.Bin, e.Cfg.Baseline
+	if baseBin != "" {
+		// Fresh copies of both binaries each round: a binary's code keeps
+		// the physical pages the page cache gave it, and those moved one
+		// binary against a copy of itself by 7 % for a whole run (the
+		// caches are physically indexed). New pages each round turn that
+		// into a spread over the rounds.
+		if bin, err = freshCopy(bin, e.Dir, fmt.Sprintf("agentd-%d-%s", round, store)); err != nil {
+			return nil, err
+		}
+		if baseBin, err = freshCopy(baseBin, e.Dir, fmt.Sprintf("baseline-%d-%s", round, store)); err != nil {
+			return nil, err
+		}
+	}
+	a, err := e.startAgentdOn(bin, store, "overhead", round, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +89,24 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 	if err != nil {
 		return nil, fmt.Errorf("create sessions: %w", err)
 	}
+	paths := overheadPaths
+	var base *Agentd
+	var cb *Client
+	var baseIDs []string
+	if baseBin != "" {
+		paths = append(slices.Clone(overheadPaths), pathRESTBase, pathGRPCBase)
+		if base, err = e.startAgentdOn(baseBin, store, "overhead-baseline", round, cfg); err != nil {
+			return nil, fmt.Errorf("the baseline: %w", err)
+		}
+		defer base.Stop(10 * time.Second)
+		if cb, err = NewClient(base, 1); err != nil {
+			return nil, err
+		}
+		defer cb.Close()
+		if baseIDs, err = cb.CreateSessions(ctx, 2*total, 8, &agentdv1.CreateSessionRequest{Model: "mock/claude-bench"}); err != nil {
+			return nil, fmt.Errorf("the baseline: create sessions: %w", err)
+		}
+	}
 	hc := NewHTTPClient()
 	defer hc.CloseIdleConnections()
 
@@ -77,16 +118,30 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 		rd0 = rd.Sample()
 	}
 	cpu0 := a.Sample()
+	var base0, base1 ProcSample
+	if base != nil {
+		base0 = base.Sample()
+	}
 	mach0 := ReadMachineCPU()
 	var stopProfile func()
+	order := slices.Clone(paths)
+	shuffle := rand.New(rand.NewPCG(uint64(round), 0))
 	for i := range total {
 		if i == p.Warmup && e.profiling(round) {
 			// The agentd requests take about half of the remaining time.
 			d := time.Duration(p.N*len(overheadPaths)*(p.Tokens+6)*p.ChunkMs) * time.Millisecond
 			stopProfile = e.CPUProfile(ctx, a, profileName(store, "overhead-cpu"), d)
 		}
-		for k := range overheadPaths {
-			path := overheadPaths[(i+k)%len(overheadPaths)]
+		if base != nil {
+			// A random order: with two agentds, a fixed rotation would
+			// always run one's path right after the other's.
+			shuffle.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		} else {
+			for k := range paths {
+				order[k] = paths[(i+k)%len(paths)]
+			}
+		}
+		for _, path := range order {
 			t := &Turn{}
 			text := fmt.Sprintf("overhead round %d request %d via %s", round, i, path)
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -100,6 +155,10 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 				err = c.PromptSSE(rctx, ids[2*i], text, t)
 			case pathGRPC:
 				err = c.PromptGRPC(rctx, ids[2*i+1], text, t)
+			case pathRESTBase:
+				err = cb.PromptSSE(rctx, baseIDs[2*i], text, t)
+			case pathGRPCBase:
+				err = cb.PromptGRPC(rctx, baseIDs[2*i+1], text, t)
 			}
 			cancel()
 			if err == nil && (len(t.Deltas) != p.Tokens || t.Outcome != "completed") {
@@ -122,6 +181,9 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 		e.Prog.Update("%d/%d requests per path", i+1, total)
 	}
 	cpu1 := a.Sample()
+	if base != nil {
+		base1 = base.Sample()
+	}
 	mach1 := ReadMachineCPU()
 	if rd != nil {
 		rd1 = rd.Sample()
@@ -133,7 +195,7 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 	m := Metrics{}
 	type dists struct{ ttft, inbound, firstTransit, overhead, transit, gap, end Dist }
 	d := map[string]*dists{}
-	for _, path := range overheadPaths {
+	for _, path := range paths {
 		x := &dists{}
 		d[path] = x
 		for _, t := range turns[path] {
@@ -163,7 +225,7 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 	// the direct path's own outliers (the machine is shared) never make an
 	// added p99 look smaller than it is.
 	dir := d[pathDirect]
-	for _, path := range []string{pathFloor, pathREST, pathGRPC} {
+	for _, path := range paths[1:] {
 		x := d[path]
 		for _, q := range []struct {
 			name string
@@ -187,6 +249,23 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (Metrics,
 			m["redis_server_cpu_us_per_prompt"] = float64((rd1.CPU - rd0.CPU).Microseconds()) / float64(prompts)
 		}
 	}
+	if base != nil {
+		for _, x := range []struct{ path, base string }{{pathREST, pathRESTBase}, {pathGRPC, pathGRPCBase}} {
+			if b := m["added_ttft."+x.base+".p50"]; b > 0 {
+				m["ratio_to_baseline."+x.path+".p50"] = m["added_ttft."+x.path+".p50"] / b
+			}
+			if b := m["added_chunk."+x.base+".p50"]; b > 0 {
+				m["ratio_to_baseline.chunk."+x.path+".p50"] = m["added_chunk."+x.path+".p50"] / b
+			}
+		}
+		bp := len(turns[pathRESTBase]) + len(turns[pathGRPCBase]) + errs[pathRESTBase] + errs[pathGRPCBase] + 2*p.Warmup
+		if bp > 0 {
+			m["baseline.cpu_us_per_prompt"] = float64((base1.CPU - base0.CPU).Microseconds()) / float64(bp)
+			if m["baseline.cpu_us_per_prompt"] > 0 {
+				m["ratio_to_baseline.cpu_per_prompt"] = m["cpu_us_per_prompt"] / m["baseline.cpu_us_per_prompt"]
+			}
+		}
+	}
 	m["machine_busy_pct"] = busyPct(mach0, mach1)
 	m["agentd_rss_mib"] = float64(cpu1.RSS) / (1 << 20)
 	if rd != nil {
@@ -200,4 +279,23 @@ func busyPct(a, b MachineCPU) float64 {
 		return 0
 	}
 	return 100 * float64(b.Busy-a.Busy) / float64(b.Total-a.Total)
+}
+
+// freshCopy copies the executable bin to a new file name in dir.
+func freshCopy(bin, dir, name string) (string, error) {
+	src, err := os.Open(bin)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	path := filepath.Join(dir, name)
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		_ = dst.Close()
+		return "", err
+	}
+	return path, dst.Close()
 }

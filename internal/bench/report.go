@@ -384,8 +384,14 @@ func mdOverhead(b *strings.Builder, r *Result) {
 		"wrote it → the client read it), so the mock's own pacing is not in it; per chunk is each delta's way out; gap is "+
 		"the time between two deltas at the client (the mock paces them 2 ms apart).\n\n", f(a("ttft.direct.n"), "%.0f"))
 	fmt.Fprintf(b, "| path | TTFT p50 | TTFT p99 | added TTFT p50 | added TTFT p99 | added per chunk p50 / p99 | gap p99 | added end of turn p50 / p99 |\n|---|---|---|---|---|---|---|---|\n")
-	labels := map[string]string{pathDirect: "direct to the mock", pathFloor: "bare ReverseProxy (floor)", pathREST: "agentd REST+SSE", pathGRPC: "agentd gRPC"}
-	for _, p := range overheadPaths {
+	labels := map[string]string{pathDirect: "direct to the mock", pathFloor: "bare ReverseProxy (floor)", pathREST: "agentd REST+SSE", pathGRPC: "agentd gRPC",
+		pathRESTBase: "baseline agentd REST+SSE", pathGRPCBase: "baseline agentd gRPC"}
+	paths := overheadPaths
+	withBaseline := r.Baseline != ""
+	if withBaseline {
+		paths = append(slices.Clone(paths), pathRESTBase, pathGRPCBase)
+	}
+	for _, p := range paths {
 		if p == pathDirect {
 			fmt.Fprintf(b, "| %s | %s ms | %s ms | – | – | – | %s ms | – |\n", labels[p], f(a("ttft."+p+".p50"), "%.3f"), f(a("ttft."+p+".p99"), "%.3f"),
 				f(a("gap."+p+".p99"), "%.3f"))
@@ -411,6 +417,13 @@ func mdOverhead(b *strings.Builder, r *Result) {
 	}
 	for i, v := range stores {
 		a := func(k string) Agg { return v.agg("overhead", k) }
+		if withBaseline {
+			fmt.Fprintf(b, "\n**Against the baseline** (`%s`%s, run beside agentd, the paths in a random order): added TTFT p50 "+
+				"%s× over REST+SSE, %s× over gRPC; added per chunk p50 %s× / %s×; CPU per prompt %s× (agentd %s µs, the baseline %s µs).\n",
+				r.Baseline, v.label, f(a("ratio_to_baseline.rest.p50"), "%.3f"), f(a("ratio_to_baseline.grpc.p50"), "%.3f"),
+				f(a("ratio_to_baseline.chunk.rest.p50"), "%.3f"), f(a("ratio_to_baseline.chunk.grpc.p50"), "%.3f"),
+				f(a("ratio_to_baseline.cpu_per_prompt"), "%.3f"), f(a("cpu_us_per_prompt"), "%.0f"), f(a("baseline.cpu_us_per_prompt"), "%.0f"))
+		}
 		if !v.redis() {
 			fmt.Fprintf(b, "\nagentd CPU per prompt at one request at a time: %s µs (%s µs per delta). Machine busy during the run: %s%%.\n\n",
 				f(a("cpu_us_per_prompt"), "%.0f"), f(a("cpu_us_per_chunk_c1"), "%.0f"), f(a("machine_busy_pct"), "%.0f"))
