@@ -28,6 +28,8 @@ type Acc struct {
 	texts [][]byte
 	keys  map[string]int
 	tools map[int]*toolState
+	// deltas counts the deltas handed to onDelta.
+	deltas int
 }
 
 type toolState struct {
@@ -81,6 +83,7 @@ func (a *Acc) add(key, typ, s string, d provider.Delta) {
 	}
 	i := a.block(key, typ)
 	a.texts[i] = append(a.texts[i], s...)
+	a.deltas++
 	a.onDelta(d)
 }
 

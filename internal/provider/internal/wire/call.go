@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"time"
 
@@ -248,6 +249,7 @@ func Run(ctx context.Context, client *http.Client, req *http.Request, timeout, r
 	}
 	r := newSSEReader(c.resp.Body)
 	defer r.release()
+	yielded := false
 	for {
 		ev, err := r.next()
 		if err == nil {
@@ -261,6 +263,16 @@ func Run(ctx context.Context, client *http.Client, req *http.Request, timeout, r
 				return *res
 			}
 			if err == nil {
+				if !yielded && a.deltas > 0 && r.r.Buffered() == 0 {
+					// The first delta is out and its readers are ready,
+					// the next frame is not here yet: this goroutine's
+					// read would find nothing and park. The readers get
+					// this processor first, not after that read (or on
+					// another processor, woken for them): the first
+					// token's way out is shorter by that much.
+					yielded = true
+					runtime.Gosched()
+				}
 				continue
 			}
 			// A protocol error: the stream cannot be understood.
