@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,6 +197,11 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		// No token, no read: the tap refuses before the message is read.
 		grpc.InTapHandle(auth.tap),
 		grpc.MaxRecvMsgSize(int(cfg.Limits.MaxRequestBytes)),
+		// A call's handler runs on one of a few long-lived goroutines
+		// when one is free (a new goroutine otherwise): their stacks are
+		// grown already, and a prompt starts sooner (added TTFT over gRPC
+		// 0.970x paired, 3 rounds).
+		grpc.NumStreamWorkers(uint32(2*goruntime.GOMAXPROCS(0))),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
