@@ -213,6 +213,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	reflection.Register(s.grpcSrv)
 	grpcMetrics.Initialize(s.grpcSrv)
+	// Its stream workers run from here on, served or not.
+	undo = append(undo, func() error { s.grpcSrv.Stop(); return nil })
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("listen.grpc: %w", err)
