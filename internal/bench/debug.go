@@ -51,34 +51,8 @@ func ServeDebug(addr string, w io.Writer) error {
 			Sys: ms.Sys, NumGC: ms.NumGC, Goroutines: runtime.NumGoroutine(), Live: ms.HeapAlloc + ms.StackInuse,
 		})
 	})
-	mux.HandleFunc("GET /debug/pprof/profile", func(w http.ResponseWriter, r *http.Request) {
-		sec, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
-		sec = min(max(sec, 1), 60)
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if err := pprof.StartCPUProfile(w); err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-		select {
-		case <-time.After(time.Duration(sec) * time.Second):
-		case <-r.Context().Done():
-		}
-		pprof.StopCPUProfile()
-	})
-	mux.HandleFunc("GET /debug/pprof/trace", func(w http.ResponseWriter, r *http.Request) {
-		sec, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
-		sec = min(max(sec, 1), 60)
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if err := trace.Start(w); err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-		select {
-		case <-time.After(time.Duration(sec) * time.Second):
-		case <-r.Context().Done():
-		}
-		trace.Stop()
-	})
+	mux.HandleFunc("GET /debug/pprof/profile", recording(pprof.StartCPUProfile, pprof.StopCPUProfile))
+	mux.HandleFunc("GET /debug/pprof/trace", recording(trace.Start, trace.Stop))
 	mux.HandleFunc("GET /debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
 		p := pprof.Lookup(r.PathValue("name"))
 		if p == nil {
@@ -95,4 +69,23 @@ func ServeDebug(addr string, w io.Writer) error {
 	fmt.Fprintf(w, "%s\n", b)
 	go func() { _ = (&http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}).Serve(lis) }()
 	return nil
+}
+
+// recording serves a recording (a CPU profile, an execution trace) of
+// ?seconds=N (1–60, or until the client goes) written to the response.
+func recording(start func(io.Writer) error, stop func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sec, _ := strconv.Atoi(r.URL.Query().Get("seconds"))
+		sec = min(max(sec, 1), 60)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if err := start(w); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		select {
+		case <-time.After(time.Duration(sec) * time.Second):
+		case <-r.Context().Done():
+		}
+		stop()
+	}
 }

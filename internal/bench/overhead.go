@@ -62,9 +62,11 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metric
 		if bin, err = freshCopy(bin, e.Dir, fmt.Sprintf("agentd-%d-%s", round, store)); err != nil {
 			return nil, err
 		}
+		defer os.Remove(bin) // after the processes stop: deferred first
 		if baseBin, err = freshCopy(baseBin, e.Dir, fmt.Sprintf("baseline-%d-%s", round, store)); err != nil {
 			return nil, err
 		}
+		defer os.Remove(baseBin)
 	}
 	a, err := e.startAgentdOn(bin, store, "overhead", round, cfg)
 	if err != nil {
@@ -129,7 +131,7 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metric
 	for i := range total {
 		if i == p.Warmup && e.profiling(round) {
 			// The agentd requests take about half of the remaining time.
-			d := time.Duration(p.N*len(overheadPaths)*(p.Tokens+6)*p.ChunkMs) * time.Millisecond
+			d := time.Duration(p.N*len(paths)*(p.Tokens+6)*p.ChunkMs) * time.Millisecond
 			stopProfile = e.CPUProfile(ctx, a, profileName(store, "overhead-cpu"), d)
 		}
 		if base != nil {
