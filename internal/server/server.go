@@ -205,6 +205,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
+	// Its stream workers run from here on, served or not.
+	undo = append(undo, func() error { s.grpcSrv.Stop(); return nil })
 	s.tickets = token.NewTickets(cfg.HTTP.TicketKey, cfg.HTTP.TicketTTLMs.Duration(), s.now)
 	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, pages: s.tickets.Pages(), drain: s.drain}
 	agentdv1.RegisterAgentServiceServer(s.grpcSrv, s.agent)
@@ -213,8 +215,6 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	reflection.Register(s.grpcSrv)
 	grpcMetrics.Initialize(s.grpcSrv)
-	// Its stream workers run from here on, served or not.
-	undo = append(undo, func() error { s.grpcSrv.Stop(); return nil })
 
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC); err != nil {
 		return nil, fmt.Errorf("listen.grpc: %w", err)
