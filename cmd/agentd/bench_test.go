@@ -11,31 +11,48 @@ import (
 	"github.com/agentd/agentd/internal/redistest"
 )
 
-// `agentd bench --quick` runs every scenario at smoke-test sizes against a
-// freshly built agentd and writes its tables. It checks that the tool
-// works, not how fast agentd is: benchmarks are never timed assertions.
-func TestBenchQuick(t *testing.T) {
-	bin := buildAgentd(t)
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	code := runBench([]string{"--agentd", bin, "--quick", "--rounds", "1", "--profile=false", "--out", out}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s", code, stderr.String())
+// benchResults is what the tests read of results.json.
+type benchResults struct {
+	Stores    []string `json:"stores"`
+	Baseline  string   `json:"baseline"`
+	Scenarios map[string]struct {
+		Errors []string         `json:"errors"`
+		Rounds []map[string]any `json:"rounds"`
+	} `json:"scenarios"`
+	Targets []struct{ Name string } `json:"targets"`
+}
+
+// runQuickBench runs `agentd bench --agentd <a fresh build> --quick
+// --rounds 1 --profile=false --out <dir>` with args, fails the test unless
+// it exits 0, and returns results.json, the binary, the output directory
+// and stdout.
+func runQuickBench(t *testing.T, args ...string) (res benchResults, bin, out, stdout string) {
+	t.Helper()
+	bin = buildAgentd(t)
+	out = t.TempDir()
+	var so, se bytes.Buffer
+	all := append([]string{"--agentd", bin, "--quick", "--rounds", "1", "--profile=false", "--out", out}, args...)
+	for i, a := range all {
+		all[i] = strings.ReplaceAll(a, "{bin}", bin)
+	}
+	if code := runBench(all, &so, &se); code != 0 {
+		t.Fatalf("exit %d\n%s", code, se.String())
 	}
 	b, err := os.ReadFile(filepath.Join(out, "results.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res struct {
-		Scenarios map[string]struct {
-			Errors []string         `json:"errors"`
-			Rounds []map[string]any `json:"rounds"`
-		} `json:"scenarios"`
-		Targets []struct{ Name string } `json:"targets"`
-	}
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
+	return res, bin, out, so.String()
+}
+
+// `agentd bench --quick` runs every scenario at smoke-test sizes against a
+// freshly built agentd and writes its tables. It checks that the tool
+// works, not how fast agentd is: benchmarks are never timed assertions.
+func TestBenchQuick(t *testing.T) {
+	res, _, out, stdout := runQuickBench(t)
 	for _, s := range []string{"overhead", "capacity", "idle-memory", "fanout", "retry"} {
 		sc, ok := res.Scenarios[s]
 		if !ok || len(sc.Rounds) != 1 || len(sc.Rounds[0]) == 0 {
@@ -57,7 +74,7 @@ func TestBenchQuick(t *testing.T) {
 		t.Error("no targets")
 	}
 	md, err := os.ReadFile(filepath.Join(out, "results.md"))
-	if err != nil || !strings.Contains(string(md), "## Targets") || !strings.Contains(stdout.String(), "## overhead") {
+	if err != nil || !strings.Contains(string(md), "## Targets") || !strings.Contains(stdout, "## overhead") {
 		t.Errorf("results.md: %v\n%s", err, md)
 	}
 }
@@ -68,28 +85,7 @@ func TestBenchQuick(t *testing.T) {
 // same names prefixed "redis.".
 func TestBenchQuickRedis(t *testing.T) {
 	redistest.Require(t)
-	bin := buildAgentd(t)
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	code := runBench([]string{"--agentd", bin, "--quick", "--rounds", "1", "--profile=false", "--store", "both", "--out", out,
-		"overhead", "capacity", "idle-memory", "fanout"}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s", code, stderr.String())
-	}
-	b, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res struct {
-		Stores    []string `json:"stores"`
-		Scenarios map[string]struct {
-			Errors []string         `json:"errors"`
-			Rounds []map[string]any `json:"rounds"`
-		} `json:"scenarios"`
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res, _, _, md := runQuickBench(t, "--store", "both", "overhead", "capacity", "idle-memory", "fanout")
 	if strings.Join(res.Stores, ",") != "memory,redis" {
 		t.Errorf("stores %v", res.Stores)
 	}
@@ -120,7 +116,6 @@ func TestBenchQuickRedis(t *testing.T) {
 	if v, ok := res.Scenarios["idle-memory"].Rounds[0]["redis.100.redis_server_used_mib"].(float64); !ok || v <= 0 {
 		t.Errorf("redis-server's memory not measured: %v", v)
 	}
-	md := stdout.String()
 	for _, s := range []string{"| agentd gRPC, Redis store |", "| 20, Redis store |", "| 100, Redis store |", "| 10, Redis store | yes |"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("report lacks %q:\n%s", s, md)
@@ -132,28 +127,7 @@ func TestBenchQuickRedis(t *testing.T) {
 // one under test (here the same binary) and sets each path's added TTFT,
 // per-chunk transit and CPU per prompt against the baseline's.
 func TestBenchQuickBaseline(t *testing.T) {
-	bin := buildAgentd(t)
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	code := runBench([]string{"--agentd", bin, "--baseline", bin, "--baseline-version", "same", "--quick", "--rounds", "1",
-		"--profile=false", "--out", out, "overhead"}, &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("exit %d\n%s", code, stderr.String())
-	}
-	b, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res struct {
-		Baseline  string `json:"baseline"`
-		Scenarios map[string]struct {
-			Errors []string         `json:"errors"`
-			Rounds []map[string]any `json:"rounds"`
-		} `json:"scenarios"`
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res, bin, _, stdout := runQuickBench(t, "--baseline", "{bin}", "--baseline-version", "same", "overhead")
 	if res.Baseline != bin+" (same)" {
 		t.Errorf("baseline = %q", res.Baseline)
 	}
@@ -168,8 +142,8 @@ func TestBenchQuickBaseline(t *testing.T) {
 			t.Errorf("%s = %v", k, sc.Rounds[0][k])
 		}
 	}
-	if !strings.Contains(stdout.String(), "**Against the baseline**") || !strings.Contains(stdout.String(), "| baseline agentd gRPC |") {
-		t.Errorf("results.md has no baseline:\n%s", stdout.String())
+	if !strings.Contains(stdout, "**Against the baseline**") || !strings.Contains(stdout, "| baseline agentd gRPC |") {
+		t.Errorf("results.md has no baseline:\n%s", stdout)
 	}
 }
 

@@ -130,11 +130,16 @@ func (e *Env) Note(scenario, format string, args ...any) {
 
 // StartAgentd starts a fresh agentd with cfg for one scenario run.
 func (e *Env) StartAgentd(name string, cfg string, env ...string) (*Agentd, error) {
+	return e.startAgentdBin(e.Cfg.Bin, name, cfg, env)
+}
+
+// startAgentdBin is StartAgentd with the binary bin.
+func (e *Env) startAgentdBin(bin, name, cfg string, env []string) (*Agentd, error) {
 	dir, err := os.MkdirTemp(e.Dir, name+"-")
 	if err != nil {
 		return nil, err
 	}
-	return StartAgentd(e.Cfg.Bin, dir, cfg, env)
+	return StartAgentd(bin, dir, cfg, env)
 }
 
 // StartAgentdOn starts a fresh agentd with cfg for one run of a
@@ -149,21 +154,15 @@ func (e *Env) StartAgentdOn(store, scenario string, round int, cfg string) (*Age
 func (e *Env) startAgentdOn(bin, store, scenario string, round int, cfg string) (*Agentd, error) {
 	switch store {
 	case StoreMemory:
-		scenario += "-"
+		return e.startAgentdBin(bin, scenario, cfg, nil)
 	case StoreRedis:
 		if e.Redis == nil {
 			return nil, errors.New("no redis-server for the Redis store")
 		}
 		cfg = fmt.Sprintf("store: {backend: redis, redis: {addr: %q, key_prefix: \"bench-%s-%d:\"}}\n", e.Redis.Addr, scenario, round) + cfg
-		scenario += "-redis-"
-	default:
-		return nil, fmt.Errorf("unknown store %q", store)
+		return e.startAgentdBin(bin, scenario+"-redis", cfg, nil)
 	}
-	dir, err := os.MkdirTemp(e.Dir, scenario)
-	if err != nil {
-		return nil, err
-	}
-	return StartAgentd(bin, dir, cfg, nil)
+	return nil, fmt.Errorf("unknown store %q", store)
 }
 
 // redisOf is the redis-server a run on store uses: e.Redis on the Redis
