@@ -6,7 +6,14 @@ func RunningPrompts(m *Manager, tenant string) int {
 	b := m.opts.Shared.(*MemoryReplica).b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.liveSlotsLocked(tenant)
+	return len(b.liveSlotsLocked(tenant).ends)
+}
+
+// StorePrompts is the prompts of tenant that b counts as running.
+func StorePrompts(b *MemoryStore, tenant string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.liveSlotsLocked(tenant).ends)
 }
 
 // GenAISystem is the gen_ai.system of a provider kind.

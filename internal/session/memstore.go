@@ -29,8 +29,8 @@ type MemoryStore struct {
 	sessions  map[string]*memSession
 	order     uint64
 	running   map[string]bool
-	tenants   map[string]map[string]uint64    // tenant → session id → order
-	slots     map[string]map[string]time.Time // tenant → prompt id → expiry
+	tenants   map[string]map[string]uint64 // tenant → session id → order
+	slots     map[string]*promptSlots      // tenant → its prompts' slots
 	replicas  map[string]*MemoryReplica
 	followers map[string]map[*MemoryReplica]func(removed bool)
 	events    int // the events kept per session
@@ -55,7 +55,7 @@ func NewMemoryStore(eventBuffer int) *MemoryStore {
 		eventBuffer = DefaultEventBuffer
 	}
 	return &MemoryStore{sessions: map[string]*memSession{}, running: map[string]bool{},
-		tenants: map[string]map[string]uint64{}, slots: map[string]map[string]time.Time{},
+		tenants: map[string]map[string]uint64{}, slots: map[string]*promptSlots{},
 		replicas: map[string]*MemoryReplica{}, followers: map[string]map[*MemoryReplica]func(bool){}, events: eventBuffer}
 }
 
@@ -382,11 +382,11 @@ func (m *MemoryReplica) Start(_ context.Context, id string, ttl time.Duration, r
 		return StartResult{Found: true, Holder: h}, nil
 	}
 	if slot.Tenant != "" {
-		n := b.liveSlotsLocked(slot.Tenant)
-		if _, has := b.slots[slot.Tenant][slot.PromptID]; max > 0 && n >= max && !has {
-			return StartResult{Found: true, Limited: true, Prompts: n}, nil
+		ps := b.liveSlotsLocked(slot.Tenant)
+		if _, has := ps.ends[slot.PromptID]; max > 0 && len(ps.ends) >= max && !has {
+			return StartResult{Found: true, Limited: true, Prompts: len(ps.ends)}, nil
 		}
-		b.slots[slot.Tenant][slot.PromptID] = time.Now().Add(ttl)
+		ps.set(slot.PromptID, time.Now().Add(ttl))
 	}
 	m.acquireLocked(id, s, ttl)
 	rec := b.withRecord(s)
@@ -401,20 +401,47 @@ func (m *MemoryReplica) Start(_ context.Context, id string, ttl time.Duration, r
 	return StartResult{Found: true, Started: true, Holder: m.id, Record: rec, Epoch: s.epoch}, nil
 }
 
-// liveSlotsLocked drops tenant's expired prompt slots and counts the rest.
-func (b *MemoryStore) liveSlotsLocked(tenant string) int {
+// promptSlots are a tenant's prompt slots: each prompt's until its end or,
+// when its replica stops renewing it, its expiry.
+type promptSlots struct {
+	ends map[string]time.Time // prompt id → expiry
+	// sweep is a bound no slot expires before: the slots are looked
+	// through for expired ones only once it has passed, not at every
+	// prompt's start and renewal (the tenant's live prompts each time,
+	// under the store's lock). Renewals only move expiries later, and a
+	// sweep sets it to the earliest expiry it kept.
+	sweep time.Time
+}
+
+func (ps *promptSlots) set(prompt string, end time.Time) {
+	if len(ps.ends) == 0 || end.Before(ps.sweep) {
+		ps.sweep = end
+	}
+	ps.ends[prompt] = end
+}
+
+// liveSlotsLocked drops tenant's expired prompt slots and returns the rest.
+func (b *MemoryStore) liveSlotsLocked(tenant string) *promptSlots {
 	ps := b.slots[tenant]
 	if ps == nil {
-		ps = map[string]time.Time{}
+		ps = &promptSlots{ends: map[string]time.Time{}}
 		b.slots[tenant] = ps
 	}
 	now := time.Now()
-	for p, end := range ps {
-		if !now.Before(end) {
-			delete(ps, p)
+	if len(ps.ends) == 0 || now.Before(ps.sweep) {
+		return ps
+	}
+	var first time.Time
+	for p, end := range ps.ends {
+		switch {
+		case !now.Before(end):
+			delete(ps.ends, p)
+		case first.IsZero() || end.Before(first):
+			first = end
 		}
 	}
-	return len(ps)
+	ps.sweep = first
+	return ps
 }
 
 func (m *MemoryReplica) Unappend(_ context.Context, id string, index int64) error {
@@ -451,7 +478,12 @@ func (m *MemoryReplica) freeSlot(slot PromptSlot) {
 		return
 	}
 	m.b.mu.Lock()
-	delete(m.b.slots[slot.Tenant], slot.PromptID)
+	if ps := m.b.slots[slot.Tenant]; ps != nil {
+		delete(ps.ends, slot.PromptID)
+		if len(ps.ends) == 0 {
+			delete(m.b.slots, slot.Tenant) // a tenant without prompts costs nothing
+		}
+	}
 	m.b.mu.Unlock()
 }
 
@@ -473,8 +505,7 @@ func (m *MemoryReplica) Renew(_ context.Context, id string, ttl time.Duration, s
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if slot.Tenant != "" {
-		b.liveSlotsLocked(slot.Tenant)
-		b.slots[slot.Tenant][slot.PromptID] = time.Now().Add(ttl)
+		b.liveSlotsLocked(slot.Tenant).set(slot.PromptID, time.Now().Add(ttl))
 	}
 	s := b.sessions[id]
 	if !m.heldLocked(id, s) {
@@ -491,8 +522,7 @@ func (m *MemoryReplica) Occupy(_ context.Context, slot PromptSlot, ttl time.Dura
 	}
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
-	m.b.liveSlotsLocked(slot.Tenant)
-	m.b.slots[slot.Tenant][slot.PromptID] = time.Now().Add(ttl)
+	m.b.liveSlotsLocked(slot.Tenant).set(slot.PromptID, time.Now().Add(ttl))
 	return nil
 }
 
