@@ -70,11 +70,12 @@ type eventLog struct {
 	size uint64
 	base uint64
 	next uint64 // the seq the next event gets
-	// wake is closed when an event comes, for the readers waiting on it;
-	// nil while none waits (made by the first that does), so that an event
-	// nobody waits for costs no channel.
-	wake   chan struct{}
-	closed bool
+	// waiting are the readers waiting for an event: each is woken on its
+	// own channel, made once per reader, so that a wait costs no channel
+	// (an event closing one shared channel would cost a new one per wait,
+	// one per chunk for a reader keeping up with a stream).
+	waiting []*Subscription
+	closed  bool
 	subs   int
 
 	// A session's log delivers only what the store holds (gated; an
@@ -194,9 +195,33 @@ func (l *eventLog) storeLocked(e heldEvent) {
 }
 
 func (l *eventLog) wakeLocked() {
-	if l.wake != nil {
-		close(l.wake)
-		l.wake = nil
+	for i, s := range l.waiting {
+		s.waitAt = 0
+		select {
+		case s.wake <- struct{}{}:
+		default: // woken already
+		}
+		l.waiting[i] = nil
+	}
+	l.waiting = l.waiting[:0]
+}
+
+// unwaitLocked takes s off the waiting readers (a wait that ended
+// otherwise: its context, its Close), and drops a wake-up sent to it
+// meanwhile.
+func (l *eventLog) unwaitLocked(s *Subscription) {
+	if s.waitAt == 0 {
+		return
+	}
+	i, last := s.waitAt-1, len(l.waiting)-1
+	l.waiting[i] = l.waiting[last]
+	l.waiting[i].waitAt = i + 1
+	l.waiting[last] = nil
+	l.waiting = l.waiting[:last]
+	s.waitAt = 0
+	select {
+	case <-s.wake:
+	default:
 	}
 }
 
@@ -274,7 +299,7 @@ func (l *eventLog) release() bool {
 	if !l.gated || l.closed || l.fenced || l.subs > 0 || len(l.ring) == 0 || l.durable < l.next-1 {
 		return false
 	}
-	l.ring, l.base = nil, l.next
+	l.ring, l.base, l.waiting = nil, l.next, nil
 	return true
 }
 
@@ -341,6 +366,11 @@ type Subscription struct {
 	used   int // the most of it a fill used since it was taken
 	closed bool
 	epoch  uint64 // the log's fence epoch when it subscribed
+	// wake gets a value when an event comes while the reader waits (made
+	// by its first wait); waitAt is its place in the log's waiting, plus
+	// one (0: not waiting). Both are the log's, under its lock.
+	wake   chan struct{}
+	waitAt int
 }
 
 // eventBufs are the readers' batch arrays.
@@ -424,10 +454,12 @@ func (s *Subscription) fill(ctx context.Context) error {
 		l.mu.Unlock()
 		return ErrLogClosed
 	}
-	if l.wake == nil {
-		l.wake = make(chan struct{})
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
 	}
-	wake := l.wake
+	l.waiting = append(l.waiting, s)
+	s.waitAt = len(l.waiting)
+	wake := s.wake
 	l.mu.Unlock()
 	// A reader that caught up lets its buffer go while it waits: an idle
 	// reader holds no copy of past events.
@@ -436,6 +468,9 @@ func (s *Subscription) fill(ctx context.Context) error {
 	case <-wake:
 		return nil
 	case <-ctx.Done():
+		l.mu.Lock()
+		l.unwaitLocked(s)
+		l.mu.Unlock()
 		return ctx.Err()
 	}
 }
@@ -462,6 +497,7 @@ func (s *Subscription) Close() {
 	s.closed = true
 	s.release()
 	s.log.mu.Lock()
+	s.log.unwaitLocked(s)
 	s.log.subs--
 	s.log.mu.Unlock()
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -127,4 +128,90 @@ func TestEventLogFanOut(t *testing.T) {
 	if n := l.subscribers(); n != 0 {
 		t.Fatalf("subscribers after close = %d", n)
 	}
+}
+
+// A reader keeping up with the log waits for each event without an
+// allocation of its own; a wait that ends with its context takes the
+// reader off the log's waiting readers (none left after many), and a
+// wake-up that came meanwhile does not return a later wait early.
+func TestEventLogWaitsWithoutAllocating(t *testing.T) {
+	l := newEventLog("s", 16, time.Now, nil)
+	sub, err := l.subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	got := make(chan uint64)
+	go func() {
+		for {
+			e, err := sub.NextRef(ctx)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- e.Seq
+		}
+	}()
+	publishAndRead := func() {
+		// The reader waits before the event comes (it is back in NextRef
+		// once it has handed the last one over).
+		for !waiting(l, sub) {
+			if ctx.Err() != nil {
+				t.Fatal("the reader never waited")
+			}
+			runtime.Gosched()
+		}
+		e, _ := l.publish(Event{Type: EventMessageUpdate})
+		if seq := <-got; seq != e.Seq {
+			t.Fatalf("read seq %d, published %d", seq, e.Seq)
+		}
+	}
+	for range 20 {
+		publishAndRead()
+	}
+	// holdEvent's copy of the event is the log's; the wait costs nothing.
+	if n := testing.AllocsPerRun(200, publishAndRead); n > 0 {
+		t.Errorf("%.1f allocations an event published and read, want 0", n)
+	}
+	cancel()
+	if _, ok := <-got; ok {
+		t.Fatal("the reader read on after its context ended")
+	}
+
+	// Waits ended by their context leave nothing behind.
+	for range 100 {
+		wctx, stop := context.WithTimeout(context.Background(), time.Microsecond)
+		if _, err := sub.NextRef(wctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("NextRef on an idle log = %v", err)
+		}
+		stop()
+	}
+	l.mu.Lock()
+	n := len(l.waiting)
+	l.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d waiting readers after their waits ended", n)
+	}
+	// A wake-up sent to a wait that had ended is dropped with it, not
+	// left for the next wait to find.
+	l.mu.Lock()
+	l.waiting = append(l.waiting, sub)
+	sub.waitAt = len(l.waiting)
+	sub.wake <- struct{}{} // as if an event came as the wait ended
+	l.unwaitLocked(sub)
+	left := len(sub.wake)
+	l.mu.Unlock()
+	if left != 0 {
+		t.Fatal("a wake-up of an ended wait was left for the next")
+	}
+}
+
+// waiting reports whether sub waits for an event of l.
+func waiting(l *eventLog, sub *Subscription) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return sub.waitAt != 0
 }
