@@ -76,7 +76,7 @@ type eventLog struct {
 	// one per chunk for a reader keeping up with a stream).
 	waiting []*Subscription
 	closed  bool
-	subs   int
+	subs    int
 
 	// A session's log delivers only what the store holds (gated; an
 	// ungated log is the unit tests'): readers see events up to durable, which the store's writer

@@ -21,3 +21,7 @@ var GenAISystem = genAISystem
 
 // ReleaseIdleLogs drops the log copies of m's idle sessions now.
 func ReleaseIdleLogs(m *Manager) { m.releaseIdleLogs(0) }
+
+// MirrorPoll is how often a manager looks at the copies that follow a
+// stored log.
+const MirrorPoll = mirrorPoll

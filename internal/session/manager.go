@@ -205,9 +205,13 @@ type Manager struct {
 
 	mu       sync.RWMutex
 	sessions map[string]*Session
-	followed map[*Session]struct{} // copies following the stored log (startMirror)
-	creating int                   // ownStore: Creates past the MaxSessions check, not registered yet
-	closed   bool
+	// sessionsPeak is the most sessions has held since it was last
+	// copied smaller (shrunk).
+	sessionsPeak int
+	followed     map[*Session]struct{} // copies following the stored log (startMirror)
+	followedPeak int                   // the most followed has held since it was last shrunk
+	creating     int                   // ownStore: Creates past the MaxSessions check, not registered yet
+	closed       bool
 }
 
 // NewManager returns a Manager. Close it to stop every session.
@@ -527,6 +531,7 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	rmErr := m.store.Remove(context.WithoutCancel(ctx), id, tenant)
 	m.mu.Lock()
 	delete(m.sessions, id)
+	m.sessions = shrunk(m.sessions, &m.sessionsPeak)
 	m.mu.Unlock()
 	s.log.close()
 	for _, p := range m.providers {

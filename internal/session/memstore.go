@@ -25,15 +25,19 @@ const DefaultEventBuffer = 4096
 //
 // It passes the same conformance suite as the Redis store.
 type MemoryStore struct {
-	mu        sync.Mutex
-	sessions  map[string]*memSession
-	order     uint64
-	running   map[string]bool
-	tenants   map[string]map[string]uint64 // tenant → session id → order
-	slots     map[string]*promptSlots      // tenant → its prompts' slots
-	replicas  map[string]*MemoryReplica
-	followers map[string]map[*MemoryReplica]func(removed bool)
-	events    int // the events kept per session
+	mu       sync.Mutex
+	sessions map[string]*memSession
+	// sessionsPeak is the most sessions has held since it was last
+	// copied smaller (shrunk).
+	sessionsPeak  int
+	order         uint64
+	running       map[string]bool
+	tenants       map[string]map[string]uint64 // tenant → session id → order
+	slots         map[string]*promptSlots      // tenant → its prompts' slots
+	replicas      map[string]*MemoryReplica
+	followers     map[string]map[*MemoryReplica]func(removed bool)
+	followersPeak int
+	events        int // the events kept per session
 }
 
 type memSession struct {
@@ -247,13 +251,20 @@ func (m *MemoryReplica) Remove(_ context.Context, id, tenant string) error {
 	b.mu.Lock()
 	delete(m.held, id)
 	delete(b.sessions, id)
+	b.sessions = shrunk(b.sessions, &b.sessionsPeak)
 	delete(b.running, id)
-	delete(b.tenants[tenant], id)
+	if ts := b.tenants[tenant]; ts != nil {
+		delete(ts, id)
+		if len(ts) == 0 {
+			delete(b.tenants, tenant) // a tenant without sessions holds no map
+		}
+	}
 	var notify []func(bool)
 	for _, f := range b.followers[id] {
 		notify = append(notify, f)
 	}
 	delete(b.followers, id)
+	b.followers = shrunk(b.followers, &b.followersPeak)
 	b.mu.Unlock()
 	for _, f := range notify {
 		go f(true)
@@ -736,7 +747,13 @@ func (m *MemoryReplica) Follow(id string, notify func(removed bool)) (stop func(
 	return func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		delete(b.followers[id], m)
+		if fs := b.followers[id]; fs != nil {
+			delete(fs, m)
+			if len(fs) == 0 {
+				delete(b.followers, id)
+				b.followers = shrunk(b.followers, &b.followersPeak)
+			}
+		}
 	}
 }
 

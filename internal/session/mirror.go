@@ -169,6 +169,7 @@ func (s *Session) stopFollowing(only func()) {
 	s.mu.Unlock()
 	s.m.mu.Lock()
 	delete(s.m.followed, s)
+	s.m.followed = shrunk(s.m.followed, &s.m.followedPeak)
 	s.m.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -208,6 +209,10 @@ func (m *Manager) pollMirrors() {
 			}
 			s.mu.Unlock()
 		}
+		// The array is kept for the next round: not the sessions in it,
+		// which would stay in memory, deleted or not, until a round as
+		// long overwrote them.
+		clear(ss)
 	}
 }
 

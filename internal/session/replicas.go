@@ -207,6 +207,8 @@ func (m *Manager) evictIdle() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.sessionsPeak = max(m.sessionsPeak, len(m.sessions))
+	defer func() { m.sessions = shrunk(m.sessions, &m.sessionsPeak) }()
 	for id, s := range m.sessions {
 		// The session's lock is taken before the manager's everywhere
 		// else: a busy one is skipped instead of waited for.
@@ -259,6 +261,7 @@ func (m *Manager) forget(s *Session) {
 	m.mu.Lock()
 	if m.sessions[s.id] == s {
 		delete(m.sessions, s.id)
+		m.sessions = shrunk(m.sessions, &m.sessionsPeak)
 	}
 	m.mu.Unlock()
 	s.log.close()
