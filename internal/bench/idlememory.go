@@ -178,6 +178,10 @@ func runIdleMemory(ctx context.Context, e *Env, round int, store string) (Metric
 		m["after_gc.rss_mib"] = float64(endP.RSS) / (1 << 20)
 		m["peak.rss_mib"] = float64(endP.HWM) / (1 << 20)
 	}
+	if e.profiling(round) {
+		// What agentd still holds once every session is gone.
+		e.HeapProfile(ctx, a, profileName(store, "idle-memory-after-delete"))
+	}
 	if rd != nil {
 		if used, err := redisUsed(); err == nil {
 			m["after.redis_server_used_mib"] = float64(used) / (1 << 20)
