@@ -692,6 +692,33 @@ func TestFrameCache(t *testing.T) {
 	}
 }
 
+// 5000 sessions' readers join and leave: the cache's map is copied
+// smaller on the way down (Go's maps keep their buckets), and the readers
+// still there keep their place in it.
+func TestFrameCacheShrinks(t *testing.T) {
+	c := newFrameCache()
+	var sfs []*sessionFrames
+	for i := range 5000 {
+		sfs = append(sfs, c.join(fmt.Sprint("ses_", i)))
+	}
+	keep := c.join("ses_0") // a second reader of ses_0
+	for _, sf := range sfs[:4990] {
+		sf.leave()
+	}
+	if c.peak > 1250 {
+		t.Fatalf("peak %d after 4990 of 5000 readers left: the map was not copied smaller", c.peak)
+	}
+	if len(c.sessions) != 11 || c.sessions["ses_0"] != keep || c.sessions["ses_4999"] != sfs[4999] {
+		t.Fatalf("%d sessions after the readers left, want the 11 still read", len(c.sessions))
+	}
+	for _, sf := range append(sfs[4990:], keep) {
+		sf.leave()
+	}
+	if len(c.sessions) != 0 {
+		t.Fatalf("sessions left: %d", len(c.sessions))
+	}
+}
+
 // The gRPC server's metrics (grpc_server_*) see the native streams as they
 // saw the gateway's calls: the same calls, codes and message counts.
 func TestNativeSSEMetricsMatchGateway(t *testing.T) {

@@ -441,6 +441,10 @@ func (s *sseStream) finish(err error) {
 type frameCache struct {
 	mu       sync.Mutex
 	sessions map[string]*sessionFrames
+	// peak is the most sessions has held since it was last copied
+	// smaller: Go's maps keep their buckets as entries go, and 10 000
+	// readers that left would leave theirs (1.5 MiB).
+	peak int
 }
 
 // frameSlots is how many recent events a session's cache holds: readers of
@@ -487,7 +491,15 @@ func (sf *sessionFrames) leave() {
 	c.mu.Lock()
 	n := sf.readers.Add(-1)
 	if n == 0 {
+		c.peak = max(c.peak, len(c.sessions))
 		delete(c.sessions, sf.id)
+		if c.peak >= 1024 && len(c.sessions) <= c.peak/4 {
+			small := make(map[string]*sessionFrames, len(c.sessions)) // not maps.Clone: it keeps the size
+			for id, f := range c.sessions {
+				small[id] = f
+			}
+			c.sessions, c.peak = small, len(c.sessions)
+		}
 	}
 	c.mu.Unlock()
 	if n <= 1 {
