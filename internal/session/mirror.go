@@ -99,6 +99,15 @@ func (s *Session) startMirror() {
 	s.m.mu.Lock()
 	s.m.followed[s] = struct{}{}
 	s.m.mu.Unlock()
+	if !s.m.ownStore {
+		// Events another replica stored between the copy's last read and
+		// the subscription's confirmation were announced to nobody here:
+		// read them now, not at the poller's next round (up to mirrorPoll
+		// late for a reader that came as a prompt started elsewhere).
+		s.mu.Lock()
+		s.pullLocked()
+		s.mu.Unlock()
+	}
 }
 
 // notified is the store's notification: events stored by another replica,

@@ -224,3 +224,33 @@ func TestMemoryReplicasWarmCacheTravels(t *testing.T) {
 		}
 	})
 }
+
+// A reader that comes as a prompt runs on another replica: the events
+// stored between the copy's lookup and its subscription to the store's
+// notifications (announced to nobody here) reach the reader at once, not at
+// the manager's next poll of its followed copies (session.MirrorPoll).
+func TestMemoryReplicasReaderCatchesUpOnSubscribe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := session.NewMemoryStore(512)
+		a, bm := memReplica(t, b.Replica("rep_a"), 5*time.Second), memReplica(t, b.Replica("rep_b"), 5*time.Second)
+		defer closeAll(t, a, bm)
+		ctx := t.Context()
+		s, err := a.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		copyOnB := get(t, bm, s.ID()) // looked up before the prompt's events
+		if evs := prompt(t, a, s, "hi"); last(evs).Type != session.EventPromptEnd {
+			t.Fatalf("prompt on A: %v", kinds(evs))
+		}
+		onB, err := copyOnB.Subscribe(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer onB.Close()
+		evs := untilWithin(t, onB, session.EventPromptEnd, session.MirrorPoll/2)
+		if evs[0].Type != session.EventAgentStart {
+			t.Fatalf("B's reader: %v", kinds(evs))
+		}
+	})
+}
