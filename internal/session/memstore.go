@@ -256,7 +256,12 @@ func (m *MemoryReplica) Remove(_ context.Context, id, tenant string) error {
 	if ts := b.tenants[tenant]; ts != nil {
 		delete(ts, id)
 		if len(ts) == 0 {
-			delete(b.tenants, tenant) // a tenant without sessions holds no map
+			// A tenant without sessions holds no map (nor its prompt
+			// slots, once none is taken: a lost replica's still count).
+			delete(b.tenants, tenant)
+			if ps := b.slots[tenant]; ps != nil && len(ps.ends) == 0 {
+				delete(b.slots, tenant)
+			}
 		}
 	}
 	var notify []func(bool)
@@ -490,10 +495,9 @@ func (m *MemoryReplica) freeSlot(slot PromptSlot) {
 	}
 	m.b.mu.Lock()
 	if ps := m.b.slots[slot.Tenant]; ps != nil {
+		// Kept empty for the tenant's next prompt (not made anew for
+		// each): it goes with the tenant's last session (Remove).
 		delete(ps.ends, slot.PromptID)
-		if len(ps.ends) == 0 {
-			delete(m.b.slots, slot.Tenant) // a tenant without prompts costs nothing
-		}
 	}
 	m.b.mu.Unlock()
 }
