@@ -114,6 +114,9 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 
 	m := Metrics{}
 	m["tokens"], m["chunk_ms"] = float64(p.Tokens), float64(p.ChunkMs)
+	// agentd's RSS before its first session: the idle level the RSS after
+	// the load is held against.
+	m["rss.idle_mib"] = mibOf(a.Sample().RSS)
 	type stepResult struct {
 		rate             int
 		addedP99, conc   float64
@@ -178,6 +181,10 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 			e.Note("capacity", "%s all-%s at %d/s: %.0f errors or drops of %.0f prompts", runTag(round, store), op.path, p.FloorRate, bad, sm["prompts"])
 		}
 	}
+	// agentd's load has ended, and every session of its steps is deleted:
+	// its RSS is read again once it has been idle for afterLoad (the floor's
+	// steps run meanwhile).
+	agentdDone := time.Now()
 	if ctx.Err() == nil {
 		fm, err := floorStep(ctx, e, round, p, p.FloorRate)
 		for k, v := range fm {
@@ -197,8 +204,51 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 			e.Note("capacity", "%s floor at %d/s: %v", runTag(round, store), p.FloorHighRate, err)
 		}
 	}
+	if ctx.Err() == nil && !a.Exited() {
+		afterLoadRSS(ctx, e, a, m, agentdDone)
+		if e.profiling(round) {
+			// What agentd holds once its load has gone.
+			e.HeapProfile(ctx, a, profileName(store, "capacity-after-load"))
+		}
+	}
 	return m, nil
 }
+
+// afterLoad is how long a process idles after a load before its RSS is
+// read as the load's remainder.
+const afterLoad = 10 * time.Second
+
+// afterLoadRSS records agentd's RSS afterLoad past done (its load's end),
+// its live heap then (without a forced GC: what the runtime has kept on
+// its own) and its peak RSS. The bench's clients keep their idle
+// connections to agentd, as agentd keeps its own to the mock (and the
+// floor's its): they are part of what stays.
+func afterLoadRSS(ctx context.Context, e *Env, a *Agentd, m Metrics, done time.Time) {
+	wait := afterLoad
+	if e.Cfg.Quick {
+		wait = 100 * time.Millisecond
+	}
+	if d := time.Until(done.Add(wait)); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+	s := a.Sample()
+	m["rss.after_load_mib"], m["rss.peak_mib"] = mibOf(s.RSS), mibOf(s.HWM)
+	m["rss.after_load_s"] = time.Since(done).Seconds()
+	if ms, err := a.Mem(ctx, false); err == nil {
+		m["rss.after_load_live_mib"] = mibOf(int64(ms.Live))
+		m["rss.after_load_goroutines"] = float64(ms.Goroutines)
+	}
+	if idle := m["rss.idle_mib"]; idle > 0 {
+		m["rss.after_load_ratio"] = m["rss.after_load_mib"] / idle
+	}
+}
+
+// mibOf is n bytes in MiB.
+func mibOf(n int64) float64 { return float64(n) / (1 << 20) }
 
 // floorStep runs rate through the bare reverse proxy, a process of its
 // own, straight to the mock: the same streams, no agentd. Its CPU per
@@ -217,6 +267,7 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 	if err != nil {
 		return nil, err
 	}
+	idleRSS := fp.Sample().RSS
 	defer func() {
 		fp.Stop(5 * time.Second)
 		if profile == "" {
@@ -320,6 +371,24 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 	}
 	if requests > 0 {
 		m["cpu_us_per_request"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(requests)
+	}
+	if rate == p.FloorHighRate && ctx.Err() == nil {
+		// The floor's RSS after its heaviest load, read as agentd's is.
+		done := time.Now()
+		wait := afterLoad
+		if e.Cfg.Quick {
+			wait = 100 * time.Millisecond
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+		after := fp.Sample()
+		m["rss.idle_mib"], m["rss.after_load_mib"], m["rss.peak_mib"] = mibOf(idleRSS), mibOf(after.RSS), mibOf(after.HWM)
+		m["rss.after_load_s"] = time.Since(done).Seconds()
+		if idleRSS > 0 {
+			m["rss.after_load_ratio"] = float64(after.RSS) / float64(idleRSS)
+		}
 	}
 	return m, nil
 }

@@ -48,7 +48,9 @@ func ServeDebug(addr string, w io.Writer) error {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(MemStats{
 			HeapAlloc: ms.HeapAlloc, HeapInuse: ms.HeapInuse, HeapSys: ms.HeapSys, StackInuse: ms.StackInuse,
-			Sys: ms.Sys, NumGC: ms.NumGC, Goroutines: runtime.NumGoroutine(), Live: ms.HeapAlloc + ms.StackInuse,
+			Sys: ms.Sys, HeapIdle: ms.HeapIdle, HeapReleased: ms.HeapReleased, StackSys: ms.StackSys,
+			MSpanSys: ms.MSpanSys, GCSys: ms.GCSys, OtherSys: ms.OtherSys + ms.MCacheSys + ms.BuckHashSys,
+			NumGC: ms.NumGC, Goroutines: runtime.NumGoroutine(), Live: ms.HeapAlloc + ms.StackInuse,
 		})
 	})
 	mux.HandleFunc("GET /debug/pprof/profile", recording(pprof.StartCPUProfile, pprof.StopCPUProfile))

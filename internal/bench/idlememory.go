@@ -174,6 +174,14 @@ func runIdleMemory(ctx context.Context, e *Env, round int, store string) (Metric
 	endMem, endP, err := measure(true)
 	if err == nil {
 		m["after.live_mib"] = float64(endMem.Live) / (1 << 20)
+		mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
+		m["after.heap_unused_mib"] = mib(endMem.HeapInuse - endMem.HeapAlloc)
+		m["after.heap_free_mib"] = mib(endMem.HeapIdle - endMem.HeapReleased)
+		m["after.stack_sys_mib"] = mib(endMem.StackSys)
+		m["after.mspan_sys_mib"] = mib(endMem.MSpanSys)
+		m["after.gc_sys_mib"] = mib(endMem.GCSys)
+		m["after.other_sys_mib"] = mib(endMem.OtherSys)
+		m["after.sys_mib"] = mib(endMem.Sys - endMem.HeapReleased)
 		m["after.rss_mib"] = float64(endNoGC.RSS) / (1 << 20)
 		m["after_gc.rss_mib"] = float64(endP.RSS) / (1 << 20)
 		m["peak.rss_mib"] = float64(endP.HWM) / (1 << 20)

@@ -203,8 +203,17 @@ type MemStats struct {
 	HeapSys    uint64 `json:"heap_sys"`
 	StackInuse uint64 `json:"stack_inuse"`
 	Sys        uint64 `json:"sys"`
-	NumGC      uint32 `json:"num_gc"`
-	Goroutines int    `json:"goroutines"`
+	// Where the runtime's mapped memory is besides the live heap (see
+	// runtime.MemStats): idle heap spans, the part of them returned to
+	// the OS, stacks' spans, span descriptors, the GC's metadata, the rest.
+	HeapIdle     uint64 `json:"heap_idle"`
+	HeapReleased uint64 `json:"heap_released"`
+	StackSys     uint64 `json:"stack_sys"`
+	MSpanSys     uint64 `json:"mspan_sys"`
+	GCSys        uint64 `json:"gc_sys"`
+	OtherSys     uint64 `json:"other_sys"`
+	NumGC        uint32 `json:"num_gc"`
+	Goroutines   int    `json:"goroutines"`
 	// Live is HeapAlloc + StackInuse: the bytes the program holds.
 	Live uint64 `json:"live"`
 }

@@ -188,6 +188,10 @@ func evaluateTargets(r *Result) []Target {
 		}
 		add("100k idle sessions fit in 2 GiB (the larger of Go heap and RSS)"+v.label, "≤ 2 GiB", math.Max(live100k, rss100k)/1024, le(2), "%.2f GiB", note)
 	})
+	each(func(v storeView) {
+		add("RSS 10 s after the capacity load / idle RSS (every session deleted)"+v.label, "≤ 2×",
+			v.med("capacity", "rss.after_load_ratio"), le(2), "%.2f×", afterLoadNote(v))
+	})
 	// Fan-out.
 	each(func(v storeView) {
 		stall := v.med("fanout", "stall_effect.p99_ms")
@@ -220,6 +224,24 @@ func evaluateTargets(r *Result) []Target {
 		"the credential store's: the rotation prompt's less a happy prompt's; besides, sessions "+rt("rotation", "sessions", "attempt")+
 			" more than a happy prompt's ("+rt("rotation", "sessions", "prompt")+" per rotation prompt)")
 	return ts
+}
+
+// afterLoadNote is the note of the RSS-after-load target: agentd's levels,
+// and the floor's own after its heaviest load.
+func afterLoadNote(v storeView) string {
+	c := func(k string) float64 { return v.med("capacity", k) }
+	if !finite(c("rss.after_load_mib")) {
+		return ""
+	}
+	note := fmt.Sprintf("agentd idle %.1f MiB, %.1f MiB %.0f s after its last step (live heap %.1f MiB, %.0f goroutines; peak RSS %.0f MiB)",
+		c("rss.idle_mib"), c("rss.after_load_mib"), c("rss.after_load_s"), c("rss.after_load_live_mib"),
+		c("rss.after_load_goroutines"), c("rss.peak_mib"))
+	if finite(c("floor_high.rss.after_load_ratio")) {
+		note += fmt.Sprintf("; the bare proxy after %g prompts/s: idle %.1f MiB, %.1f MiB after (%.2f×; peak %.0f MiB)",
+			c("floor_high.rate"), c("floor_high.rss.idle_mib"), c("floor_high.rss.after_load_mib"),
+			c("floor_high.rss.after_load_ratio"), c("floor_high.rss.peak_mib"))
+	}
+	return note
 }
 
 // cpuRatioNote is the note of a CPU-per-prompt target: both sides of the
@@ -519,6 +541,7 @@ func mdCapacity(b *strings.Builder, r *Result) {
 					f(a("floor_high.ttft_added.p99"), "%.2f"), f(a("floor_high.chunk.p99"), "%.2f"), f(a("floor_high.errors"), "%.0f"),
 					f(a("floor_high.cpu_pct"), "%.0f"), f(a("floor_high.cpu_us_per_chunk"), "%.1f"))
 			}
+			mdAfterLoad(b, v)
 			mdOnePath(b, v)
 			continue
 		}
@@ -527,6 +550,7 @@ func mdCapacity(b *strings.Builder, r *Result) {
 			"and redis-server %s µs per chunk more.\n",
 			f(a("floor.rate"), "%.0f"), f(a("floor.added.p99"), "%.2f"), f(a("floor.cpu_pct"), "%.0f"), f(a("floor.cpu_us_per_chunk"), "%.1f"),
 			f(a(atFloor+"cpu_us_per_chunk"), "%.1f"), f(a("cpu_per_chunk_ratio_to_floor"), "%.1f"), f(a(atFloor+"redis_server_cpu_us_per_chunk"), "%.1f"))
+		mdAfterLoad(b, v)
 		mdOnePath(b, v)
 	}
 	fmt.Fprintf(b, "\n| added p99 ≤ |")
@@ -542,6 +566,25 @@ func mdCapacity(b *strings.Builder, r *Result) {
 		fmt.Fprintf(b, "\n")
 	}
 	fmt.Fprintf(b, "\n")
+}
+
+// mdAfterLoad writes agentd's RSS after its capacity steps against its
+// idle RSS, and the floor's after its heaviest step against its own.
+func mdAfterLoad(b *strings.Builder, v storeView) {
+	a := func(k string) Agg { return v.agg("capacity", k) }
+	if !finite(a("rss.after_load_mib").Median) {
+		return
+	}
+	fmt.Fprintf(b, "After the load (every session deleted, the clients' idle connections kept): agentd's RSS %s MiB %s s after its last step, "+
+		"**%s× its idle %s MiB** (live heap %s MiB, %s goroutines; peak RSS %s MiB)",
+		f(a("rss.after_load_mib"), "%.1f"), f(a("rss.after_load_s"), "%.0f"), f(a("rss.after_load_ratio"), "%.2f"), f(a("rss.idle_mib"), "%.1f"),
+		f(a("rss.after_load_live_mib"), "%.1f"), f(a("rss.after_load_goroutines"), "%.0f"), f(a("rss.peak_mib"), "%.0f"))
+	if finite(a("floor_high.rss.after_load_mib").Median) {
+		fmt.Fprintf(b, "; the bare proxy's %s MiB %s s after its %s prompts/s, **%s× its idle %s MiB** (peak RSS %s MiB)",
+			f(a("floor_high.rss.after_load_mib"), "%.1f"), f(a("floor_high.rss.after_load_s"), "%.0f"), f(a("floor_high.rate"), "%.0f"),
+			f(a("floor_high.rss.after_load_ratio"), "%.2f"), f(a("floor_high.rss.idle_mib"), "%.1f"), f(a("floor_high.rss.peak_mib"), "%.0f"))
+	}
+	fmt.Fprintf(b, ".\n")
 }
 
 // mdOnePath writes the capacity steps at the floor's rate that ran one
@@ -626,6 +669,7 @@ func mdIdle(b *strings.Builder, r *Result) {
 				"2 s later, %s MiB 10 s later, %s MiB after a forced GC (Go heap %s MiB); peak RSS %s MiB.\n\n",
 				f(a("subscribers_gone.rss_mib"), "%.0f"), f(a("delete_s"), "%.1f"), f(a("after.rss_mib"), "%.0f"),
 				f(a("after_10s.rss_mib"), "%.0f"), f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
+			idleAfterBreakdown(b, a)
 			continue
 		}
 		var per []string
@@ -649,6 +693,19 @@ func mdIdle(b *strings.Builder, r *Result) {
 			f(a("subscribers_gone.rss_mib"), "%.0f"), f(a("delete_s"), "%.1f"), f(a("after.rss_mib"), "%.0f"),
 			f(a("after_10s.rss_mib"), "%.0f"), f(a("after_gc.rss_mib"), "%.0f"), f(a("after.live_mib"), "%.0f"), f(a("peak.rss_mib"), "%.0f"))
 	}
+}
+
+// idleAfterBreakdown writes where the Go runtime's memory is once every
+// session of idle-memory is gone (runtime.MemStats after the forced GC).
+func idleAfterBreakdown(b *strings.Builder, a func(string) Agg) {
+	if !finite(a("after.sys_mib").Median) {
+		return
+	}
+	fmt.Fprintf(b, "What the Go runtime holds then (runtime.MemStats, less what it returned to the OS): %s MiB, of which the live heap %s, "+
+		"unused parts of its spans %s, free spans not yet returned %s, stacks %s, span descriptors %s, the GC's metadata %s, "+
+		"the runtime's other structures %s; the rest of the RSS is the binary's and the runtime's own mappings.\n\n",
+		f(a("after.sys_mib"), "%.1f"), f(a("after.live_mib"), "%.1f"), f(a("after.heap_unused_mib"), "%.1f"), f(a("after.heap_free_mib"), "%.1f"),
+		f(a("after.stack_sys_mib"), "%.1f"), f(a("after.mspan_sys_mib"), "%.1f"), f(a("after.gc_sys_mib"), "%.1f"), f(a("after.other_sys_mib"), "%.1f"))
 }
 
 // idleAgg reads the idle-memory metrics of v's runs, as they are and in KiB.
