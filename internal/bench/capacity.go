@@ -117,6 +117,9 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 	// agentd's RSS before its first session: the idle level the RSS after
 	// the load is held against.
 	m["rss.idle_mib"] = mibOf(a.Sample().RSS)
+	if ms, err := a.Mem(ctx, true); err == nil {
+		m["rss.idle_live_mib"] = mibOf(int64(ms.Live))
+	}
 	type stepResult struct {
 		rate             int
 		addedP99, conc   float64
@@ -219,10 +222,11 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 const afterLoad = 10 * time.Second
 
 // afterLoadRSS records agentd's RSS afterLoad past done (its load's end),
-// its live heap then (without a forced GC: what the runtime has kept on
-// its own) and its peak RSS. The bench's clients keep their idle
-// connections to agentd, as agentd keeps its own to the mock (and the
-// floor's its): they are part of what stays.
+// its peak RSS, and then (after a forced GC, once the RSS is read) its
+// live heap and where the runtime's memory is. The bench's clients keep
+// their idle connections to agentd, as agentd keeps its own to the mock
+// (and the floor's its): they are what stays live, no session does. The
+// second ratio holds the RSS against the idle RSS plus that live growth.
 func afterLoadRSS(ctx context.Context, e *Env, a *Agentd, m Metrics, done time.Time) {
 	wait := afterLoad
 	if e.Cfg.Quick {
@@ -238,12 +242,20 @@ func afterLoadRSS(ctx context.Context, e *Env, a *Agentd, m Metrics, done time.T
 	s := a.Sample()
 	m["rss.after_load_mib"], m["rss.peak_mib"] = mibOf(s.RSS), mibOf(s.HWM)
 	m["rss.after_load_s"] = time.Since(done).Seconds()
-	if ms, err := a.Mem(ctx, false); err == nil {
-		m["rss.after_load_live_mib"] = mibOf(int64(ms.Live))
-		m["rss.after_load_goroutines"] = float64(ms.Goroutines)
-	}
 	if idle := m["rss.idle_mib"]; idle > 0 {
 		m["rss.after_load_ratio"] = m["rss.after_load_mib"] / idle
+	}
+	ms, err := a.Mem(ctx, true)
+	if err != nil {
+		return
+	}
+	m["rss.after_load_live_mib"] = mibOf(int64(ms.Live))
+	m["rss.after_load_goroutines"] = float64(ms.Goroutines)
+	m["rss.after_load_heap_free_mib"] = mibOf(int64(ms.HeapIdle - ms.HeapReleased))
+	m["rss.after_load_runtime_mib"] = mibOf(int64(ms.MSpanSys + ms.GCSys + ms.OtherSys))
+	if idle, ok := m["rss.idle_mib"]; ok && idle > 0 {
+		grown := max(m["rss.after_load_live_mib"]-m["rss.idle_live_mib"], 0)
+		m["rss.after_load_live_ratio"] = m["rss.after_load_mib"] / (idle + grown)
 	}
 }
 

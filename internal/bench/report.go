@@ -233,9 +233,10 @@ func afterLoadNote(v storeView) string {
 	if !finite(c("rss.after_load_mib")) {
 		return ""
 	}
-	note := fmt.Sprintf("agentd idle %.1f MiB, %.1f MiB %.0f s after its last step (live heap %.1f MiB, %.0f goroutines; peak RSS %.0f MiB)",
-		c("rss.idle_mib"), c("rss.after_load_mib"), c("rss.after_load_s"), c("rss.after_load_live_mib"),
-		c("rss.after_load_goroutines"), c("rss.peak_mib"))
+	note := fmt.Sprintf("agentd idle %.1f MiB, %.1f MiB %.0f s after its last step (live heap %.1f MiB, from %.1f idle: the connections "+
+		"the clients keep, %.0f goroutines; peak RSS %.0f MiB); against the idle RSS plus the live heap's growth %.2f×",
+		c("rss.idle_mib"), c("rss.after_load_mib"), c("rss.after_load_s"), c("rss.after_load_live_mib"), c("rss.idle_live_mib"),
+		c("rss.after_load_goroutines"), c("rss.peak_mib"), c("rss.after_load_live_ratio"))
 	if finite(c("floor_high.rss.after_load_ratio")) {
 		note += fmt.Sprintf("; the bare proxy after %g prompts/s: idle %.1f MiB, %.1f MiB after (%.2f×; peak %.0f MiB)",
 			c("floor_high.rate"), c("floor_high.rss.idle_mib"), c("floor_high.rss.after_load_mib"),
@@ -576,9 +577,12 @@ func mdAfterLoad(b *strings.Builder, v storeView) {
 		return
 	}
 	fmt.Fprintf(b, "After the load (every session deleted, the clients' idle connections kept): agentd's RSS %s MiB %s s after its last step, "+
-		"**%s× its idle %s MiB** (live heap %s MiB, %s goroutines; peak RSS %s MiB)",
+		"**%s× its idle %s MiB**, %s× the idle RSS plus the live heap's growth (live heap %s MiB after a forced GC, %s MiB idle; %s goroutines; "+
+		"free heap pages not returned %s MiB, the runtime's span descriptors and metadata %s MiB; peak RSS %s MiB)",
 		f(a("rss.after_load_mib"), "%.1f"), f(a("rss.after_load_s"), "%.0f"), f(a("rss.after_load_ratio"), "%.2f"), f(a("rss.idle_mib"), "%.1f"),
-		f(a("rss.after_load_live_mib"), "%.1f"), f(a("rss.after_load_goroutines"), "%.0f"), f(a("rss.peak_mib"), "%.0f"))
+		f(a("rss.after_load_live_ratio"), "%.2f"), f(a("rss.after_load_live_mib"), "%.1f"), f(a("rss.idle_live_mib"), "%.1f"),
+		f(a("rss.after_load_goroutines"), "%.0f"), f(a("rss.after_load_heap_free_mib"), "%.1f"), f(a("rss.after_load_runtime_mib"), "%.1f"),
+		f(a("rss.peak_mib"), "%.0f"))
 	if finite(a("floor_high.rss.after_load_mib").Median) {
 		fmt.Fprintf(b, "; the bare proxy's %s MiB %s s after its %s prompts/s, **%s× its idle %s MiB** (peak RSS %s MiB)",
 			f(a("floor_high.rss.after_load_mib"), "%.1f"), f(a("floor_high.rss.after_load_s"), "%.0f"), f(a("floor_high.rate"), "%.0f"),
