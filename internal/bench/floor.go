@@ -23,8 +23,9 @@ type Floor struct {
 	srv *http.Server
 }
 
-// StartFloor starts a reverse proxy to target.
-func StartFloor(target string) (*Floor, error) {
+// StartFloor starts a reverse proxy to target; the proxy's errors (an
+// upstream that failed mid-stream) go to errLog.
+func StartFloor(target string, errLog io.Writer) (*Floor, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil, err
@@ -38,7 +39,7 @@ func StartFloor(target string) (*Floor, error) {
 		DisableCompression:  true,
 	}
 	rp.FlushInterval = -1
-	rp.ErrorLog = log.New(io.Discard, "", 0)
+	rp.ErrorLog = log.New(errLog, "floor proxy: ", 0)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -73,7 +74,7 @@ func RunFloorProxy(ctx context.Context, target, cpuProfile string, stdout io.Wri
 			_ = pf.Close()
 		}()
 	}
-	f, err := StartFloor(target)
+	f, err := StartFloor(target, stdout)
 	if err != nil {
 		return err
 	}

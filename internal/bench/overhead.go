@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
@@ -169,7 +170,12 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metric
 			if err != nil {
 				errs[path]++
 				if errs[path] <= 3 {
-					e.Note("overhead", "%s %s: %v", runTag(round, store), path, err)
+					why := ""
+					if path == pathFloor {
+						// What the proxy saw (its last line).
+						why = lastLine(fp.Tail())
+					}
+					e.Note("overhead", "%s %s: %v%s", runTag(round, store), path, err, why)
 				}
 				continue
 			}
@@ -300,4 +306,17 @@ func freshCopy(bin, dir, name string) (string, error) {
 		return "", err
 	}
 	return path, dst.Close()
+}
+
+// lastLine is the last line of a process's output, as a note's suffix
+// ("" when there is none).
+func lastLine(tail string) string {
+	tail = strings.TrimSpace(tail)
+	if tail == "" {
+		return ""
+	}
+	if i := strings.LastIndexByte(tail, '\n'); i >= 0 {
+		tail = tail[i+1:]
+	}
+	return " (" + tail + ")"
 }
