@@ -464,16 +464,32 @@ func (s *Subscription) fill(ctx context.Context) error {
 	// A reader that caught up lets its buffer go while it waits: an idle
 	// reader holds no copy of past events.
 	s.release()
+	if testHookWait != nil {
+		testHookWait(l)
+	}
 	select {
 	case <-wake:
 		return nil
 	case <-ctx.Done():
 		l.mu.Lock()
 		l.unwaitLocked(s)
+		// An event that came while the reader waited is read before the
+		// end of its context shows: select picks at random when both are
+		// ready, and a server draining (it ends its streams' contexts
+		// once every prompt has ended) would otherwise end a stream
+		// without its prompt_end.
+		ready := l.visibleLocked() > s.after
 		l.mu.Unlock()
+		if ready {
+			return nil
+		}
 		return ctx.Err()
 	}
 }
+
+// testHookWait, when set (by tests only), runs as a reader is about to
+// wait on l: after it is among the log's waiting readers, before the wait.
+var testHookWait func(l *eventLog)
 
 // release gives the batch array back to the pool, cleared (it holds no
 // event's strings for the garbage collector to keep).

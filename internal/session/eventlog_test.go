@@ -215,3 +215,47 @@ func waiting(l *eventLog, sub *Subscription) bool {
 	defer l.mu.Unlock()
 	return sub.waitAt != 0
 }
+
+// TestEventLogReadsWhatCameBeforeItsContextEnded: an event published while
+// the reader is about to wait is returned even when the reader's context
+// has ended by the time it waits (a server drains so: every prompt ends
+// with its prompt_end, then the streams' contexts end). With both ready,
+// the wait used to pick one at random, and a stream could end without its
+// last event.
+func TestEventLogReadsWhatCameBeforeItsContextEnded(t *testing.T) {
+	l := newEventLog("s", 1024, time.Now, nil)
+	sub, err := l.subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var cancel context.CancelFunc
+	var want Event
+	testHookWait = func(at *eventLog) {
+		if at == l {
+			// Both come while the reader is among the waiting ones,
+			// before it waits.
+			want, _ = l.publish(Event{Type: EventMessageUpdate, TextDelta: "x"})
+			cancel()
+		}
+	}
+	defer func() { testHookWait = nil }()
+	for i := range 64 {
+		var ctx context.Context
+		ctx, cancel = context.WithCancel(t.Context())
+		e, err := sub.NextRef(ctx)
+		if err != nil {
+			t.Fatalf("round %d: NextRef = %v, want the event published before the context ended", i, err)
+		}
+		if e.Seq != want.Seq {
+			t.Fatalf("round %d: got seq %d, want %d", i, e.Seq, want.Seq)
+		}
+	}
+	testHookWait = nil
+	// With nothing to read, the end of the context still ends the wait.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := sub.NextRef(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("NextRef on an ended context with nothing to read = %v, want context.Canceled", err)
+	}
+}
