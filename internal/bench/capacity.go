@@ -185,7 +185,7 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 		}
 	}
 	// agentd's load has ended, and every session of its steps is deleted:
-	// its RSS is read again once it has been idle for afterLoad (the floor's
+	// its RSS is read again once it has been idle for e.afterLoad() (the floor's
 	// steps run meanwhile).
 	agentdDone := time.Now()
 	if ctx.Err() == nil {
@@ -218,21 +218,22 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 }
 
 // afterLoad is how long a process idles after a load before its RSS is
-// read as the load's remainder.
-const afterLoad = 10 * time.Second
+// read as the load's remainder (a moment in a quick run).
+func (e *Env) afterLoad() time.Duration {
+	if e.Cfg.Quick {
+		return 100 * time.Millisecond
+	}
+	return 10 * time.Second
+}
 
-// afterLoadRSS records agentd's RSS afterLoad past done (its load's end),
+// afterLoadRSS records agentd's RSS e.afterLoad() past done (its load's end),
 // its peak RSS, and then (after a forced GC, once the RSS is read) its
 // live heap and where the runtime's memory is. The bench's clients keep
 // their idle connections to agentd, as agentd keeps its own to the mock
 // (and the floor's its): they are what stays live, no session does. The
 // second ratio holds the RSS against the idle RSS plus that live growth.
 func afterLoadRSS(ctx context.Context, e *Env, a *Agentd, m Metrics, done time.Time) {
-	wait := afterLoad
-	if e.Cfg.Quick {
-		wait = 100 * time.Millisecond
-	}
-	if d := time.Until(done.Add(wait)); d > 0 {
+	if d := time.Until(done.Add(e.afterLoad())); d > 0 {
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
@@ -387,12 +388,8 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 	if rate == p.FloorHighRate && ctx.Err() == nil {
 		// The floor's RSS after its heaviest load, read as agentd's is.
 		done := time.Now()
-		wait := afterLoad
-		if e.Cfg.Quick {
-			wait = 100 * time.Millisecond
-		}
 		select {
-		case <-time.After(wait):
+		case <-time.After(e.afterLoad()):
 		case <-ctx.Done():
 		}
 		after := fp.Sample()
