@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -464,8 +465,8 @@ func (s *Subscription) fill(ctx context.Context) error {
 	// A reader that caught up lets its buffer go while it waits: an idle
 	// reader holds no copy of past events.
 	s.release()
-	if testHookWait != nil {
-		testHookWait(l)
+	if hook := testHookWait.Load(); hook != nil {
+		(*hook)(l)
 	}
 	select {
 	case <-wake:
@@ -489,7 +490,8 @@ func (s *Subscription) fill(ctx context.Context) error {
 
 // testHookWait, when set (by tests only), runs as a reader is about to
 // wait on l: after it is among the log's waiting readers, before the wait.
-var testHookWait func(l *eventLog)
+// Atomic: a reader another test left running may wait meanwhile.
+var testHookWait atomic.Pointer[func(l *eventLog)]
 
 // release gives the batch array back to the pool, cleared (it holds no
 // event's strings for the garbage collector to keep).

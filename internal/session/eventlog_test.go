@@ -231,7 +231,7 @@ func TestEventLogReadsWhatCameBeforeItsContextEnded(t *testing.T) {
 	defer sub.Close()
 	var cancel context.CancelFunc
 	var want Event
-	testHookWait = func(at *eventLog) {
+	hook := func(at *eventLog) {
 		if at == l {
 			// Both come while the reader is among the waiting ones,
 			// before it waits.
@@ -239,7 +239,8 @@ func TestEventLogReadsWhatCameBeforeItsContextEnded(t *testing.T) {
 			cancel()
 		}
 	}
-	defer func() { testHookWait = nil }()
+	testHookWait.Store(&hook)
+	defer testHookWait.Store(nil)
 	for i := range 64 {
 		var ctx context.Context
 		ctx, cancel = context.WithCancel(t.Context())
@@ -251,7 +252,7 @@ func TestEventLogReadsWhatCameBeforeItsContextEnded(t *testing.T) {
 			t.Fatalf("round %d: got seq %d, want %d", i, e.Seq, want.Seq)
 		}
 	}
-	testHookWait = nil
+	testHookWait.Store(nil)
 	// With nothing to read, the end of the context still ends the wait.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
