@@ -8,13 +8,14 @@ import (
 )
 
 // After a load has passed (a burst of sessions deleted, a spike of
-// streams ended), the Go heap shrinks but the process keeps its pages: the
-// runtime's background scavenger gives them back slowly (minutes for a
-// gigabyte), and a forced GC gives back none. The reclaimer watches the
-// heap's free pages and, when they are many and more than the live heap,
-// or when the sessions and readers fell to half their peak, returns them at
-// once (debug.FreeOSMemory), so that RSS follows the live sessions instead
-// of the peak. Under a steady load the free pages stay below the live heap
+// streams ended, its clients' connections closed), the Go heap shrinks but
+// the process keeps its pages: the runtime's background scavenger gives
+// them back slowly (minutes for a gigabyte), and a forced GC gives back
+// none. The reclaimer watches the heap's free pages and, when they are
+// many and more than the live heap, or when the load (sessions, readers
+// and connections) fell to half its peak, returns them at once
+// (debug.FreeOSMemory), so that RSS follows the live sessions instead of
+// the peak. Under a steady load the free pages stay below the live heap
 // (the collector reuses them) and the load does not halve, so it does not
 // fire.
 const (
@@ -36,7 +37,7 @@ func shouldReclaim(free, live uint64) bool {
 	return free >= reclaimMinFree && free > live
 }
 
-// loadDropped reports whether the load (sessions and readers) fell to half
+// loadDropped reports whether the load (sessions, readers, connections) fell to half
 // its peak since the last release, by reclaimMinLoad at least: the heap
 // holds their garbage, which no collection has found yet (nothing
 // allocates once a load has passed).
@@ -44,11 +45,12 @@ func loadDropped(load, peak int) bool {
 	return peak-load >= reclaimMinLoad && load <= peak/2
 }
 
-// reclaimMinLoad is the drop in sessions and readers worth a release.
+// reclaimMinLoad is the drop in sessions, readers and connections worth a
+// release.
 const reclaimMinLoad = 1000
 
 // reclaimMemory checks every interval until ctx is done; read, load and
-// release are heapPages, the sessions and readers, and
+// release are heapPages, the load, and
 // debug.FreeOSMemory (a collection, then every free page returned).
 func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, live uint64), load func() int, release func()) {
 	t := time.NewTicker(every)

@@ -185,9 +185,13 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 		}
 	}
 	// agentd's load has ended, and every session of its steps is deleted:
-	// its RSS is read again once it has been idle for e.afterLoad() (the floor's
-	// steps run meanwhile).
+	// the clients close their idle connections, as a load tool that has
+	// finished does, and agentd's RSS is read again once it has been idle
+	// for e.afterLoad() (the floor's steps run meanwhile). What it holds
+	// then is its own: its connections to the provider, which it keeps for
+	// the next load, and what the runtime did not give back.
 	agentdDone := time.Now()
+	c.HTTP.CloseIdleConnections()
 	if ctx.Err() == nil {
 		fm, err := floorStep(ctx, e, round, p, p.FloorRate)
 		for k, v := range fm {
@@ -228,9 +232,9 @@ func (e *Env) afterLoad() time.Duration {
 
 // afterLoadRSS records agentd's RSS e.afterLoad() past done (its load's end),
 // its peak RSS, and then (after a forced GC, once the RSS is read) its
-// live heap and where the runtime's memory is. The bench's clients keep
-// their idle connections to agentd, as agentd keeps its own to the mock
-// (and the floor's its): they are what stays live, no session does. The
+// live heap and where the runtime's memory is. The bench's clients have
+// closed their connections to agentd; agentd keeps its own to the mock
+// (as the floor keeps its): they are what stays live, no session does. The
 // second ratio holds the RSS against the idle RSS plus that live growth.
 func afterLoadRSS(ctx context.Context, e *Env, a *Agentd, m Metrics, done time.Time) {
 	if d := time.Until(done.Add(e.afterLoad())); d > 0 {
@@ -386,8 +390,10 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 		m["cpu_us_per_request"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(requests)
 	}
 	if rate == p.FloorHighRate && ctx.Err() == nil {
-		// The floor's RSS after its heaviest load, read as agentd's is.
+		// The floor's RSS after its heaviest load, read as agentd's is:
+		// its clients' connections closed.
 		done := time.Now()
+		hc.CloseIdleConnections()
 		select {
 		case <-time.After(e.afterLoad()):
 		case <-ctx.Done():

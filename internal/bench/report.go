@@ -233,8 +233,8 @@ func afterLoadNote(v storeView) string {
 	if !finite(c("rss.after_load_mib")) {
 		return ""
 	}
-	note := fmt.Sprintf("agentd idle %.1f MiB, %.1f MiB %.0f s after its last step (live heap %.1f MiB, from %.1f idle: the connections "+
-		"the clients keep, %.0f goroutines; peak RSS %.0f MiB); against the idle RSS plus the live heap's growth %.2f×",
+	note := fmt.Sprintf("agentd idle %.1f MiB, %.1f MiB %.0f s after its last step (live heap %.1f MiB, from %.1f idle: its connections "+
+		"to the provider, the clients' closed; %.0f goroutines; peak RSS %.0f MiB); against the idle RSS plus the live heap's growth %.2f×",
 		c("rss.idle_mib"), c("rss.after_load_mib"), c("rss.after_load_s"), c("rss.after_load_live_mib"), c("rss.idle_live_mib"),
 		c("rss.after_load_goroutines"), c("rss.peak_mib"), c("rss.after_load_live_ratio"))
 	if finite(c("floor_high.rss.after_load_ratio")) {
@@ -576,7 +576,7 @@ func mdAfterLoad(b *strings.Builder, v storeView) {
 	if !finite(a("rss.after_load_mib").Median) {
 		return
 	}
-	fmt.Fprintf(b, "After the load (every session deleted, the clients' idle connections kept): agentd's RSS %s MiB %s s after its last step, "+
+	fmt.Fprintf(b, "After the load (every session deleted, the clients' connections closed): agentd's RSS %s MiB %s s after its last step, "+
 		"**%s× its idle %s MiB**, %s× the idle RSS plus the live heap's growth (live heap %s MiB after a forced GC, %s MiB idle; %s goroutines; "+
 		"free heap pages not returned %s MiB, the runtime's span descriptors and metadata %s MiB; peak RSS %s MiB)",
 		f(a("rss.after_load_mib"), "%.1f"), f(a("rss.after_load_s"), "%.0f"), f(a("rss.after_load_ratio"), "%.2f"), f(a("rss.idle_mib"), "%.1f"),

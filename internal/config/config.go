@@ -99,6 +99,11 @@ type HTTP struct {
 	// TicketTTLMs is how long a stream ticket is accepted (default 60000,
 	// at most 3600000).
 	TicketTTLMs Millis `yaml:"ticket_ttl_ms"`
+	// IdleTimeoutMs is how long a keep-alive connection may wait for its
+	// next request before the server closes it (default 120000): a client
+	// that opened many and went away does not hold their buffers and
+	// goroutines for good.
+	IdleTimeoutMs Millis `yaml:"idle_timeout_ms"`
 	// TicketKeyEnv names an environment variable holding the key that signs
 	// stream tickets (32+ bytes), shared by replicas so that any of them
 	// accepts a ticket; without it each process signs with a random key.
@@ -825,6 +830,7 @@ const (
 	DefaultSSEHeartbeatMs = 15000
 	DefaultTicketTTLMs    = 60000
 	MaxTicketTTLMs        = 3600000
+	DefaultIdleTimeoutMs  = 120000
 )
 
 func (h *HTTP) finish() error {
@@ -852,6 +858,12 @@ func (h *HTTP) finish() error {
 		h.TicketTTLMs = DefaultTicketTTLMs
 	case h.TicketTTLMs < 0 || h.TicketTTLMs > MaxTicketTTLMs:
 		return fmt.Errorf("config: http.ticket_ttl_ms: must be between 1 and %d, got %d", MaxTicketTTLMs, h.TicketTTLMs)
+	}
+	switch {
+	case h.IdleTimeoutMs == 0:
+		h.IdleTimeoutMs = DefaultIdleTimeoutMs
+	case h.IdleTimeoutMs < 0:
+		return fmt.Errorf("config: http.idle_timeout_ms: must be > 0, got %d", h.IdleTimeoutMs)
 	}
 	if err := envName("http.ticket_key_env", h.TicketKeyEnv); err != nil {
 		return err

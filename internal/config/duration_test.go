@@ -98,7 +98,7 @@ func TestMillisStringsAndDefaults(t *testing.T) {
 	c, err := Parse(strings.NewReader(`
 store: {backend: redis, redis: {timeout_ms: 2s, lease_ms: 1m, sync_interval_ms: 250ms}}
 retry: {base_delay_ms: 1s, max_delay_ms: 2m, fallback_cooldown_ms: 1h}
-http: {sse_heartbeat_ms: 5s, ticket_ttl_ms: 1h}
+http: {sse_heartbeat_ms: 5s, ticket_ttl_ms: 1h, idle_timeout_ms: 5m}
 limits: {body_timeout_ms: 10s, min_base_delay_ms: 50ms}
 sessions: {tool_result_timeout_ms: 30m}
 providers: [{name: sim, kind: simulated, first_token_delay_ms: 1s, token_delay_ms: 20ms}]
@@ -108,7 +108,7 @@ providers: [{name: sim, kind: simulated, first_token_delay_ms: 1s, token_delay_m
 	}
 	r := c.Store.Redis
 	if r.TimeoutMs != 2000 || r.LeaseMs != 60000 || r.SyncIntervalMs != 250 || c.Retry.FallbackCooldownMs != 3600000 ||
-		c.HTTP.SSEHeartbeatMs != 5000 || c.HTTP.TicketTTLMs != 3600000 || c.Limits.BodyTimeoutMs != 10000 ||
+		c.HTTP.SSEHeartbeatMs != 5000 || c.HTTP.TicketTTLMs != 3600000 || c.HTTP.IdleTimeoutMs != 300000 || c.Limits.BodyTimeoutMs != 10000 ||
 		c.Limits.MinBaseDelayMs != 50 || c.Sessions.ToolResultTimeoutMs != 1800000 ||
 		c.Providers[0].FirstTokenDelayMs != 1000 || c.Providers[0].TokenDelayMs != 20 {
 		t.Fatalf("durations as read: %+v", c)
@@ -124,6 +124,9 @@ providers: [{name: sim, kind: simulated, first_token_delay_ms: 1s, token_delay_m
 			t.Errorf("Parse(%q) = %v", y, err)
 		}
 	}
+	if _, err := Parse(strings.NewReader("http: {idle_timeout_ms: -5}")); err == nil || err.Error() != `config: http.idle_timeout_ms: "-5" is negative; a duration must be >= 0 (line 1)` {
+		t.Errorf("Parse(idle_timeout_ms: -5) = %v", err)
+	}
 
 	// Unset, 0 and null keep the defaults.
 	for _, y := range []string{"", "http: {sse_heartbeat_ms: 0}\nlimits: {body_timeout_ms: 0s}\nretry: {base_delay_ms: null}"} {
@@ -131,7 +134,7 @@ providers: [{name: sim, kind: simulated, first_token_delay_ms: 1s, token_delay_m
 		if err != nil {
 			t.Fatalf("Parse(%q) = %v", y, err)
 		}
-		if c.HTTP.SSEHeartbeatMs != DefaultSSEHeartbeatMs || c.Limits.BodyTimeoutMs != DefaultBodyTimeoutMs || c.Retry.BaseDelayMs != nil {
+		if c.HTTP.SSEHeartbeatMs != DefaultSSEHeartbeatMs || c.HTTP.IdleTimeoutMs != DefaultIdleTimeoutMs || c.Limits.BodyTimeoutMs != DefaultBodyTimeoutMs || c.Retry.BaseDelayMs != nil {
 			t.Errorf("Parse(%q): sse_heartbeat_ms %d, body_timeout_ms %d, base_delay_ms %v", y, c.HTTP.SSEHeartbeatMs, c.Limits.BodyTimeoutMs, c.Retry.BaseDelayMs)
 		}
 	}

@@ -77,6 +77,9 @@ type Server struct {
 	viaGateway         func(*http.Request) bool // tests: requests served as before the native routes
 	noSharedFrames     bool                     // benchmarks: every SSE reader encodes its frames
 
+	// conns counts the HTTP listener's open connections (countConn).
+	conns atomic.Int64
+
 	draining atomic.Bool
 	drain    context.Context // done when the server drains
 	drained  context.CancelFunc
@@ -231,7 +234,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	if err != nil {
 		return nil, err
 	}
-	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: cfg.HTTP.IdleTimeoutMs.Duration(), ConnState: s.countConn}
 	if addr := cfg.Metrics.Listen; addr != "" {
 		if s.metricsLis, err = net.Listen("tcp", addr); err != nil {
 			return nil, fmt.Errorf("metrics.listen: %w", err)
@@ -242,6 +246,21 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	}
 	return s, nil
 }
+
+// countConn keeps conns: a connection counts from its accept to its close
+// (or its hijack, after which the server no longer holds it).
+func (s *Server) countConn(_ net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		s.conns.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		s.conns.Add(-1)
+	}
+}
+
+// Connections is the number of open connections on the HTTP listener,
+// idle keep-alive ones included.
+func (s *Server) Connections() int { return int(s.conns.Load()) }
 
 // MetricsAddr is the bound address of the metrics listener ("" when
 // /metrics is on the HTTP port).
