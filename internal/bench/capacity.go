@@ -256,6 +256,7 @@ func afterLoadRSS(ctx context.Context, e *Env, a *Agentd, m Metrics, done time.T
 	}
 	m["rss.after_load_live_mib"] = mibOf(int64(ms.Live))
 	m["rss.after_load_goroutines"] = float64(ms.Goroutines)
+	m["rss.after_load_stacks_mib"] = mibOf(int64(ms.StackInuse))
 	m["rss.after_load_heap_free_mib"] = mibOf(int64(ms.HeapIdle - ms.HeapReleased))
 	m["rss.after_load_runtime_mib"] = mibOf(int64(ms.MSpanSys + ms.GCSys + ms.OtherSys))
 	if idle, ok := m["rss.idle_mib"]; ok && idle > 0 {

@@ -577,11 +577,11 @@ func mdAfterLoad(b *strings.Builder, v storeView) {
 		return
 	}
 	fmt.Fprintf(b, "After the load (every session deleted, the clients' connections closed): agentd's RSS %s MiB %s s after its last step, "+
-		"**%s× its idle %s MiB**, %s× the idle RSS plus the live heap's growth (live heap %s MiB after a forced GC, %s MiB idle; %s goroutines; "+
+		"**%s× its idle %s MiB**, %s× the idle RSS plus the live heap's growth (live heap %s MiB after a forced GC, %s MiB idle; %s goroutines, their stacks %s MiB; "+
 		"free heap pages not returned %s MiB, the runtime's span descriptors and metadata %s MiB; peak RSS %s MiB)",
 		f(a("rss.after_load_mib"), "%.1f"), f(a("rss.after_load_s"), "%.0f"), f(a("rss.after_load_ratio"), "%.2f"), f(a("rss.idle_mib"), "%.1f"),
 		f(a("rss.after_load_live_ratio"), "%.2f"), f(a("rss.after_load_live_mib"), "%.1f"), f(a("rss.idle_live_mib"), "%.1f"),
-		f(a("rss.after_load_goroutines"), "%.0f"), f(a("rss.after_load_heap_free_mib"), "%.1f"), f(a("rss.after_load_runtime_mib"), "%.1f"),
+		f(a("rss.after_load_goroutines"), "%.0f"), f(a("rss.after_load_stacks_mib"), "%.1f"), f(a("rss.after_load_heap_free_mib"), "%.1f"), f(a("rss.after_load_runtime_mib"), "%.1f"),
 		f(a("rss.peak_mib"), "%.0f"))
 	if finite(a("floor_high.rss.after_load_mib").Median) {
 		fmt.Fprintf(b, "; the bare proxy's %s MiB %s s after its %s prompts/s, **%s× its idle %s MiB** (peak RSS %s MiB)",
