@@ -37,10 +37,10 @@ func shouldReclaim(free, live uint64) bool {
 	return free >= reclaimMinFree && free > live
 }
 
-// loadDropped reports whether the load (sessions, readers, connections) fell to half
-// its peak since the last release, by reclaimMinLoad at least: the heap
-// holds their garbage, which no collection has found yet (nothing
-// allocates once a load has passed).
+// loadDropped reports whether the load (sessions, readers, connections)
+// fell to half its peak since the last release, by reclaimMinLoad at
+// least: the heap holds their garbage, which no collection has found yet
+// (nothing allocates once a load has passed).
 func loadDropped(load, peak int) bool {
 	return peak-load >= reclaimMinLoad && load <= peak/2
 }
@@ -50,8 +50,8 @@ func loadDropped(load, peak int) bool {
 const reclaimMinLoad = 1000
 
 // reclaimMemory checks every interval until ctx is done; read, load and
-// release are heapPages, the load, and
-// debug.FreeOSMemory (a collection, then every free page returned).
+// release are heapPages, the load and debug.FreeOSMemory (a collection,
+// then every free page returned).
 func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, live uint64), load func() int, release func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
