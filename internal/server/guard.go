@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -172,7 +171,7 @@ func (a *webAPI) readBody(w http.ResponseWriter, r *http.Request) (*http.Request
 		writeStatus(w, http.StatusBadRequest, status.Newf(codes.InvalidArgument, "request body: %v", err))
 		return r, false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+	r.Body = &readBytes{Reader: bytes.NewReader(buf.Bytes()), b: buf.Bytes()}
 	r.ContentLength = int64(buf.Len())
 	return r, true
 }

@@ -286,7 +286,7 @@ func sendable(ctx context.Context, md metadata.MD, req proto.Message) error {
 	if err := ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
-	if !validStrings(req.ProtoReflect()) {
+	if !validRequestStrings(req) {
 		if _, err := proto.Marshal(req); err != nil {
 			return marshalErr(err)
 		}
@@ -383,8 +383,18 @@ func overTheWire(err error) (*status.Status, metadata.MD) {
 	return st, trailer
 }
 
-// validStrings reports whether every string of m is UTF-8 (when one is not,
-// proto.Marshal tells whether it may be encoded and why not).
+// validRequestStrings reports whether every string of req is UTF-8 (when
+// one is not, proto.Marshal tells whether it may be encoded and why not).
+func validRequestStrings(req proto.Message) bool {
+	if p, ok := req.(*agentdv1.PromptRequest); ok && p.Params == nil {
+		// A prompt's own fields, without reflection (every prompt).
+		return utf8.ValidString(p.Text) && utf8.ValidString(p.SessionId)
+	}
+	return validStrings(req.ProtoReflect())
+}
+
+// validStrings reports whether every string field of m, nested ones
+// included, is valid UTF-8.
 func validStrings(m protoreflect.Message) bool {
 	ok := true
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
@@ -451,8 +461,8 @@ func (a *webAPI) startNative(r *http.Request, sessionID string) (startedEvent, e
 	}
 	inbound, _ := runtime.MarshalerForRequest(a.gw, r)
 	req := &agentdv1.PromptRequest{}
-	if err := inbound.NewDecoder(r.Body).Decode(req); err != nil && !errors.Is(err, io.EOF) {
-		return startedEvent{}, status.Error(codes.InvalidArgument, err.Error())
+	if err := decodePrompt(r, inbound, req); err != nil {
+		return startedEvent{}, err
 	}
 	req.SessionId = sessionID
 	if req.GetCancelOnDisconnect() {
@@ -527,6 +537,24 @@ func (s *startStream) SendMsg(m any) error {
 func recvOnce(req proto.Message, m any, limit int64) error {
 	if req == nil {
 		return io.EOF
+	}
+	if p, ok := req.(*agentdv1.PromptRequest); ok && p.Params == nil && p.ProtoReflect().GetUnknown() == nil {
+		// A prompt's own fields, without reflection (every prompt): its
+		// size is under len(text)+len(session_id)+16 (4 fields' tags and
+		// lengths).
+		if dst, ok := m.(*agentdv1.PromptRequest); ok && int64(len(p.Text)+len(p.SessionId)+16) <= limit &&
+			dst.Params == nil && dst.ProtoReflect().GetUnknown() == nil {
+			if p.SessionId != "" {
+				dst.SessionId = p.SessionId
+			}
+			if p.Text != "" {
+				dst.Text = p.Text
+			}
+			if p.CancelOnDisconnect {
+				dst.CancelOnDisconnect = true
+			}
+			return nil
+		}
 	}
 	if n := proto.Size(req); int64(n) > limit {
 		return tooLargeErr(n, limit)

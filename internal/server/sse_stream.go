@@ -116,8 +116,8 @@ func (a *webAPI) nativeSSE(r *http.Request) (runtime.Marshaler, bool) {
 func (a *webAPI) servePrompt(w http.ResponseWriter, r *http.Request, inbound runtime.Marshaler, sessionID string) {
 	a.serveNative(w, r, &promptRoute, func() (proto.Message, error) {
 		var req agentdv1.PromptRequest
-		if err := inbound.NewDecoder(r.Body).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-			return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+		if err := decodePrompt(r, inbound, &req); err != nil {
+			return nil, err
 		}
 		req.SessionId = sessionID
 		return &req, nil
