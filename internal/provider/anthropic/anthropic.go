@@ -97,7 +97,8 @@ func (c *Client) CloseIdleConnections() { c.client.CloseIdleConnections() }
 // it.
 func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func(provider.Delta)) provider.Result {
 	a := wire.NewAcc(req.Model, req.Credential.Secret, onDelta)
-	body, err := json.Marshal(c.requestBody(req))
+	wb := c.requestBody(req)
+	body, err := encodeRequest(&wb)
 	if err != nil {
 		return a.Fail("anthropic: encoding the request: "+err.Error(), "", nil)
 	}
