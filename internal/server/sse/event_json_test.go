@@ -47,6 +47,8 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
 		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
 		time.Date(1969, 12, 31, 23, 59, 59, 1, time.UTC),
+		time.Date(999, 9, 9, 9, 9, 9, 0, time.UTC),
+		time.Date(2000, 2, 29, 10, 0, 9, 0, time.UTC),
 	}
 	types := []string{session.EventAgentStart, session.EventMessageStart, session.EventMessageUpdate, session.EventMessageEnd,
 		session.EventAgentEnd, session.EventPromptEnd, session.EventAutoRetryStart, session.EventAutoRetryEnd,
