@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -389,19 +388,6 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 		}
 	}
 
-	promptID, sub, err := s.start(ctx, text, params)
-	if err == nil {
-		// The run goes first: this goroutine yields its processor, so
-		// that the run's way to the model call (the time to the first
-		// token) is not queued behind what the caller does next (its
-		// stream's first frames).
-		runtime.Gosched()
-	}
-	return promptID, sub, err
-}
-
-// start starts the prompt's run.
-func (s *Session) start(ctx context.Context, text string, params provider.Params) (string, *Subscription, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.running && s.ending {
