@@ -539,11 +539,11 @@ func recvOnce(req proto.Message, m any, limit int64) error {
 		return io.EOF
 	}
 	if p, ok := req.(*agentdv1.PromptRequest); ok && p.Params == nil && p.ProtoReflect().GetUnknown() == nil {
-		// A prompt's own fields, without reflection (every prompt): its
-		// size is under len(text)+len(session_id)+16 (4 fields' tags and
-		// lengths).
-		if dst, ok := m.(*agentdv1.PromptRequest); ok && int64(len(p.Text)+len(p.SessionId)+16) <= limit &&
-			dst.Params == nil && dst.ProtoReflect().GetUnknown() == nil {
+		// A prompt's own fields, merged as proto.Merge merges them, without
+		// reflection (every prompt): its size is under
+		// len(text)+len(session_id)+16 (its three fields' tags and lengths
+		// take at most 14 bytes).
+		if dst, ok := m.(*agentdv1.PromptRequest); ok && int64(len(p.Text)+len(p.SessionId)+16) <= limit {
 			if p.SessionId != "" {
 				dst.SessionId = p.SessionId
 			}
