@@ -58,6 +58,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "floor-proxy" {
 		return runFloorProxy(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "grpc-floor" {
+		return runGRPCFloor(args[1:], stdout, stderr)
+	}
 	self, _ := os.Executable()
 	bin := fs.String("agentd", self, "the agentd binary to test")
 	out := fs.String("out", "bench", "output directory")
@@ -144,6 +147,26 @@ func runFloorProxy(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := bench.RunFloorProxy(ctx, *target, *cpuProfile, stdout); err != nil {
 		fmt.Fprintln(stderr, "agentd bench floor-proxy:", err)
+		return 1
+	}
+	return 0
+}
+
+// runGRPCFloor is "agentd bench grpc-floor --target URL" (used by the
+// bench itself): the bare gRPC relay floor as a process.
+func runGRPCFloor(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench grpc-floor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := fs.String("target", "", "the mock provider's URL")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the relay's whole run to this file")
+	if err := fs.Parse(args); err != nil || *target == "" {
+		fmt.Fprintln(stderr, "usage: agentd bench grpc-floor --target URL [--cpuprofile FILE]")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := bench.RunGRPCFloor(ctx, *target, *cpuProfile, stdout); err != nil {
+		fmt.Fprintln(stderr, "agentd bench grpc-floor:", err)
 		return 1
 	}
 	return 0

@@ -64,9 +64,18 @@ func TestBenchQuick(t *testing.T) {
 	}
 	// Capacity's one-transport steps ran and were set against the floor.
 	if rs := res.Scenarios["capacity"].Rounds; len(rs) == 1 {
-		for _, k := range []string{"cpu_us_per_prompt.rest", "cpu_us_per_prompt.grpc", "cpu_us_per_request.floor", "cpu_ratio_to_floor.rest", "cpu_ratio_to_floor.grpc"} {
+		for _, k := range []string{"cpu_us_per_prompt.rest", "cpu_us_per_prompt.grpc", "cpu_us_per_request.floor", "cpu_ratio_to_floor.rest", "cpu_ratio_to_floor.grpc",
+			"grpc_floor.cpu_us_per_request", "grpc_floor.cpu_ratio_to_floor", "cpu_ratio_to_grpc_floor.grpc"} {
 			if v, ok := rs[0][k].(float64); !ok || v <= 0 {
 				t.Errorf("capacity: %s = %v", k, rs[0][k])
+			}
+		}
+	}
+	// The overhead's gRPC floor ran beside the other paths.
+	if rs := res.Scenarios["overhead"].Rounds; len(rs) == 1 {
+		for _, k := range []string{"added_ttft.grpc_floor.p50", "ratio_to_floor.grpc_floor.p50", "ratio_to_grpc_floor.grpc.p50"} {
+			if v, ok := rs[0][k].(float64); !ok || v <= 0 {
+				t.Errorf("overhead: %s = %v", k, rs[0][k])
 			}
 		}
 	}

@@ -193,17 +193,26 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 	agentdDone := time.Now()
 	c.HTTP.CloseIdleConnections()
 	if ctx.Err() == nil {
-		fm, err := floorStep(ctx, e, round, p, p.FloorRate)
+		fm, err := floorStep(ctx, e, round, p, p.FloorRate, false)
 		for k, v := range fm {
 			m["floor."+k] = v
 		}
 		if err != nil {
 			e.Note("capacity", "%s floor: %v", runTag(round, store), err)
 		}
+		if ctx.Err() == nil {
+			gm, err := floorStep(ctx, e, round, p, p.FloorRate, true)
+			for k, v := range gm {
+				m["grpc_floor."+k] = v
+			}
+			if err != nil {
+				e.Note("capacity", "%s grpc floor: %v", runTag(round, store), err)
+			}
+		}
 		putCPURatios(m, p.FloorRate)
 	}
 	if ctx.Err() == nil && p.FloorHighRate > 0 {
-		fm, err := floorStep(ctx, e, round, p, p.FloorHighRate)
+		fm, err := floorStep(ctx, e, round, p, p.FloorHighRate, false)
 		for k, v := range fm {
 			m["floor_high."+k] = v
 		}
@@ -276,12 +285,24 @@ func mibOf(n int64) float64 { return float64(n) / (1 << 20) }
 // profiling round (its whole run: the profiler's own cost is in it), so
 // that the floor's per-chunk cost can be read beside agentd's profile of
 // the same rate.
-func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate int) (Metrics, error) {
+//
+// With overGRPC, the floor is the gRPC one (grpcFloor: a bare grpc-go
+// relay of the mock's deltas) instead, read by gRPC clients as agentd's
+// are; it is profiled in the profiling round at any rate.
+func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate int, overGRPC bool) (Metrics, error) {
 	var profile string
-	if rate == p.FloorHighRate && e.profiling(round) {
-		profile = filepath.Join(e.Cfg.Out, "profiles", fmt.Sprintf("capacity-floor-%d-per-s-cpu.pprof", rate))
+	name := "floor"
+	if overGRPC {
+		name = "grpc-floor"
 	}
-	fp, err := StartFloorProc(e.Cfg.Bin, e.Mock.URL, profile)
+	if (rate == p.FloorHighRate || overGRPC) && e.profiling(round) {
+		profile = filepath.Join(e.Cfg.Out, "profiles", fmt.Sprintf("capacity-%s-%d-per-s-cpu.pprof", name, rate))
+	}
+	startProc := StartFloorProc
+	if overGRPC {
+		startProc = StartGRPCFloorProc
+	}
+	fp, err := startProc(e.Cfg.Bin, e.Mock.URL, profile)
 	if err != nil {
 		return nil, err
 	}
@@ -292,13 +313,25 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 			return
 		}
 		if st, err := os.Stat(profile); err != nil || st.Size() == 0 {
-			e.Note("profiles", "the floor's profile at %d/s was not written", rate)
+			e.Note("profiles", "the %s's profile at %d/s was not written", name, rate)
 			return
 		}
 		e.addProfile(profile)
 	}()
 	hc := NewHTTPClient()
 	defer hc.CloseIdleConnections()
+	var apis []agentdv1.AgentServiceClient
+	if overGRPC {
+		// As many connections as agentd's capacity client has.
+		for range 4 {
+			conn, api, err := DialGRPCFloor(fp.URL)
+			if err != nil {
+				return nil, err
+			}
+			defer conn.Close()
+			apis = append(apis, api)
+		}
+	}
 	headers := map[string]string{
 		"X-Mock-Stamp": "1", "X-Mock-Tokens": strconv.Itoa(p.Tokens), "X-Mock-Chunk-Delay-Ms": strconv.Itoa(p.ChunkMs),
 	}
@@ -335,14 +368,19 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 			defer wg.Done()
 			t := &Turn{Due: due.UnixNano(), Deltas: make([]Delta, 0, p.Tokens)}
 			pctx, cancel := context.WithTimeout(ctx, streamDur+30*time.Second)
-			t.Err = ProviderCall(pctx, hc, fp.URL, fmt.Sprintf("floor round %d prompt %d", round, i), headers, t)
+			text := fmt.Sprintf("floor round %d prompt %d", round, i)
+			if overGRPC {
+				t.Err = GRPCFloorCall(pctx, apis[i%len(apis)], text, headers, t)
+			} else {
+				t.Err = ProviderCall(pctx, hc, fp.URL, text, headers, t)
+			}
 			cancel()
 			mu.Lock()
 			turns = append(turns, t)
 			mu.Unlock()
 		}()
 		if i%64 == 0 {
-			e.Prog.Update("floor at %d/s: %d/%d sent", rate, i, total)
+			e.Prog.Update("%s at %d/s: %d/%d sent", name, rate, i, total)
 		}
 	}
 	wg.Wait()
@@ -390,7 +428,7 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 	if requests > 0 {
 		m["cpu_us_per_request"] = float64((s1.CPU - s0.CPU).Microseconds()) / float64(requests)
 	}
-	if rate == p.FloorHighRate && ctx.Err() == nil {
+	if rate == p.FloorHighRate && !overGRPC && ctx.Err() == nil {
 		// The floor's RSS after its heaviest load, read as agentd's is:
 		// its clients' connections closed.
 		done := time.Now()
@@ -432,6 +470,11 @@ func putCPURatios(m Metrics, floorRate int) {
 		ratio("cpu_ratio_to_floor."+op.path, perPrompt, floorReq)
 		ratio("cpu_per_chunk_ratio_to_floor."+op.path, perChunk, floorChunk)
 	}
+	// The gRPC floor against the HTTP one, and agentd's gRPC path against
+	// the gRPC floor: what grpc-go costs and what agentd adds to it.
+	grpcReq := m["grpc_floor.cpu_us_per_request"]
+	ratio("grpc_floor.cpu_ratio_to_floor", grpcReq, floorReq)
+	ratio("cpu_ratio_to_grpc_floor.grpc", m["only.grpc.cpu_us_per_prompt"], grpcReq)
 }
 
 // capacityStep runs one rate, its prompts over the transports of mix.

@@ -19,14 +19,16 @@ import (
 const (
 	pathDirect = "direct" // the bench straight to the mock
 	pathFloor  = "floor"  // through the bare httputil.ReverseProxy
-	pathREST   = "rest"   // through agentd, REST + SSE
-	pathGRPC   = "grpc"   // through agentd, gRPC
+	// through the gRPC floor: a bare grpc-go relay of the mock's deltas
+	pathGRPCFloor = "grpc_floor"
+	pathREST      = "rest" // through agentd, REST + SSE
+	pathGRPC      = "grpc" // through agentd, gRPC
 	// With a baseline (Config.Baseline): the same two through it.
 	pathRESTBase = "rest_baseline"
 	pathGRPCBase = "grpc_baseline"
 )
 
-var overheadPaths = []string{pathDirect, pathFloor, pathREST, pathGRPC}
+var overheadPaths = []string{pathDirect, pathFloor, pathGRPCFloor, pathREST, pathGRPC}
 
 // overheadParams: one request at a time, a short paced stream.
 type overheadParams struct {
@@ -40,10 +42,10 @@ func overheadParamsFor(quick bool) overheadParams {
 	return overheadParams{N: 200, Warmup: 20, Tokens: 8, ChunkMs: 2}
 }
 
-// runOverhead: one request at a time, interleaved over the four paths
-// (direct, floor, agentd REST+SSE, agentd gRPC), each agentd prompt on a
-// fresh session so that every request carries the same one-message
-// context. Every text delta is stamped by the mock, so each request yields
+// runOverhead: one request at a time, interleaved over the five paths
+// (direct, floor, gRPC floor, agentd REST+SSE, agentd gRPC), each agentd
+// prompt on a fresh session so that every request carries the same
+// one-message context. Every text delta is stamped by the mock, so each request yields
 // its inbound time (request sent → mock got it) and each chunk its transit
 // time (mock wrote it → client read it), whatever the path. On the Redis
 // store, redis-server's CPU per prompt is measured too.
@@ -87,6 +89,16 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metric
 		return nil, fmt.Errorf("floor proxy: %w", err)
 	}
 	defer fp.Stop(5 * time.Second)
+	gf, err := StartGRPCFloorProc(e.Cfg.Bin, e.Mock.URL, "")
+	if err != nil {
+		return nil, fmt.Errorf("grpc floor: %w", err)
+	}
+	defer gf.Stop(5 * time.Second)
+	gfConn, gfAPI, err := DialGRPCFloor(gf.URL)
+	if err != nil {
+		return nil, fmt.Errorf("grpc floor: %w", err)
+	}
+	defer gfConn.Close()
 	total := p.Warmup + p.N
 	ids, err := c.CreateSessions(ctx, 2*total, 8, &agentdv1.CreateSessionRequest{Model: "mock/claude-bench"})
 	if err != nil {
@@ -154,6 +166,8 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metric
 				err = ProviderCall(rctx, hc, e.Mock.URL, text, headers, t)
 			case pathFloor:
 				err = ProviderCall(rctx, hc, fp.URL, text, headers, t)
+			case pathGRPCFloor:
+				err = GRPCFloorCall(rctx, gfAPI, text, headers, t)
 			case pathREST:
 				err = c.PromptSSE(rctx, ids[2*i], text, t)
 			case pathGRPC:
@@ -171,9 +185,11 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metric
 				errs[path]++
 				if errs[path] <= 3 {
 					why := ""
-					if path == pathFloor {
-						// What the proxy saw (its last line).
+					switch path {
+					case pathFloor: // what the proxy saw (its last line)
 						why = lastLine(fp.Tail())
+					case pathGRPCFloor:
+						why = lastLine(gf.Tail())
 					}
 					e.Note("overhead", "%s %s: %v%s", runTag(round, store), path, err, why)
 				}
@@ -248,6 +264,10 @@ func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metric
 	if fl := m["added_ttft.floor.p50"]; fl > 0 {
 		m["ratio_to_floor.rest.p50"] = m["added_ttft.rest.p50"] / fl
 		m["ratio_to_floor.grpc.p50"] = m["added_ttft.grpc.p50"] / fl
+		m["ratio_to_floor.grpc_floor.p50"] = m["added_ttft.grpc_floor.p50"] / fl
+	}
+	if gfl := m["added_ttft.grpc_floor.p50"]; gfl > 0 {
+		m["ratio_to_grpc_floor.grpc.p50"] = m["added_ttft.grpc.p50"] / gfl
 	}
 	prompts := len(turns[pathREST]) + len(turns[pathGRPC]) + errs[pathREST] + errs[pathGRPC] + 2*p.Warmup
 	if prompts > 0 {

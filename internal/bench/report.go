@@ -121,8 +121,12 @@ func evaluateTargets(r *Result) []Target {
 			add("added TTFT p99, "+p.label+v.label, "≤ 2 ms", v.med("overhead", "added_ttft."+p.path+".p99"), le(2), "%.3f ms", "")
 		})
 		each(func(v storeView) {
-			add("added TTFT p50 / floor's, "+p.label+v.label, "≤ 1.5×", v.med("overhead", "ratio_to_floor."+p.path+".p50"), le(1.5), "%.2f×",
-				fmt.Sprintf("floor (bare ReverseProxy) adds %.3f ms", v.med("overhead", "added_ttft.floor.p50")))
+			note := fmt.Sprintf("floor (bare ReverseProxy) adds %.3f ms", v.med("overhead", "added_ttft.floor.p50"))
+			if gf := v.med("overhead", "added_ttft.grpc_floor.p50"); p.path == pathGRPC && finite(gf) {
+				note += fmt.Sprintf("; the gRPC floor (a bare grpc-go relay) adds %.3f ms, %.2f× the floor's, and agentd %.2f× the gRPC floor's",
+					gf, v.med("overhead", "ratio_to_floor.grpc_floor.p50"), v.med("overhead", "ratio_to_grpc_floor.grpc.p50"))
+			}
+			add("added TTFT p50 / floor's, "+p.label+v.label, "≤ 1.5×", v.med("overhead", "ratio_to_floor."+p.path+".p50"), le(1.5), "%.2f×", note)
 		})
 	}
 	// CPU per chunk, capacity.
@@ -255,6 +259,10 @@ func cpuRatioNote(v storeView, path string) string {
 	note := fmt.Sprintf("agentd %.0f µs per prompt, the bare proxy %.0f µs per request, at %g prompts/s, all over %s; per chunk %.2f×",
 		perPrompt, floor, v.med("capacity", "floor.rate"), map[string]string{pathREST: "REST+SSE", pathGRPC: "gRPC"}[path],
 		v.med("capacity", "cpu_per_chunk_ratio_to_floor."+path))
+	if gf := v.med("capacity", "grpc_floor.cpu_us_per_request"); path == pathGRPC && finite(gf) {
+		note += fmt.Sprintf("; the gRPC floor (a bare grpc-go relay) %.0f µs per request, %.2f× the bare proxy's, and agentd %.2f× the gRPC floor's",
+			gf, v.med("capacity", "grpc_floor.cpu_ratio_to_floor"), v.med("capacity", "cpu_ratio_to_grpc_floor.grpc"))
+	}
 	if x := redisNote(v, v.med("capacity", "only."+path+".redis_server_cpu_us_per_prompt"), "%.0f µs per prompt"); x != "" {
 		note += "; " + x
 	}
@@ -407,7 +415,8 @@ func mdOverhead(b *strings.Builder, r *Result) {
 		"wrote it → the client read it), so the mock's own pacing is not in it; per chunk is each delta's way out; gap is "+
 		"the time between two deltas at the client (the mock paces them 2 ms apart).\n\n", f(a("ttft.direct.n"), "%.0f"))
 	fmt.Fprintf(b, "| path | TTFT p50 | TTFT p99 | added TTFT p50 | added TTFT p99 | added per chunk p50 / p99 | gap p99 | added end of turn p50 / p99 |\n|---|---|---|---|---|---|---|---|\n")
-	labels := map[string]string{pathDirect: "direct to the mock", pathFloor: "bare ReverseProxy (floor)", pathREST: "agentd REST+SSE", pathGRPC: "agentd gRPC",
+	labels := map[string]string{pathDirect: "direct to the mock", pathFloor: "bare ReverseProxy (floor)",
+		pathGRPCFloor: "bare grpc-go relay (gRPC floor)", pathREST: "agentd REST+SSE", pathGRPC: "agentd gRPC",
 		pathRESTBase: "baseline agentd REST+SSE", pathGRPCBase: "baseline agentd gRPC"}
 	paths := overheadPaths
 	withBaseline := r.Baseline != ""
@@ -421,13 +430,14 @@ func mdOverhead(b *strings.Builder, r *Result) {
 			continue
 		}
 		views := stores
-		if p == pathFloor {
+		floor := p == pathFloor || p == pathGRPCFloor
+		if floor {
 			views = stores[:1]
 		}
 		for _, v := range views {
 			a := func(k string) Agg { return v.agg("overhead", k) }
 			label := labels[p]
-			if p != pathFloor {
+			if !floor {
 				label += v.label
 			}
 			fmt.Fprintf(b, "| %s | %s ms | %s ms | %s ms | %s ms | %s / %s ms | %s ms | %s / %s ms |\n", label,
@@ -437,6 +447,13 @@ func mdOverhead(b *strings.Builder, r *Result) {
 				f(a("gap."+p+".p99"), "%.3f"),
 				f(a("added_end."+p+".p50"), "%.3f"), f(a("added_end."+p+".p99"), "%.3f"))
 		}
+	}
+	if finite(a("added_ttft.grpc_floor.p50").Median) {
+		fmt.Fprintf(b, "\nThe gRPC floor is a bare grpc-go server (a process of its own) whose Prompt posts the text to the mock and "+
+			"sends each text delta as an Event, then a PromptEnd: no session, store, retry, metrics or auth, one json.Unmarshal "+
+			"per data line. It adds %s ms TTFT p50, **%s× the HTTP floor's**: what gRPC itself costs here. agentd's gRPC path "+
+			"adds %s× the gRPC floor's.\n", f(a("added_ttft.grpc_floor.p50"), "%.3f"), f(a("ratio_to_floor.grpc_floor.p50"), "%.2f"),
+			f(a("ratio_to_grpc_floor.grpc.p50"), "%.2f"))
 	}
 	for i, v := range stores {
 		a := func(k string) Agg { return v.agg("overhead", k) }
@@ -619,6 +636,14 @@ func mdOnePath(b *strings.Builder, v storeView) {
 	}
 	fmt.Fprintf(b, "One transport at a time%s, at the floor's rate (%s prompts/s, as many prompts as the floor's step; the bare proxy %s µs per request): %s.\n",
 		where, f(a("only.rate"), "%.0f"), f(a("cpu_us_per_request.floor"), "%.0f"), strings.Join(parts, "; "))
+	if finite(a("grpc_floor.cpu_us_per_request").Median) {
+		fmt.Fprintf(b, "The gRPC floor (a bare grpc-go relay of the mock's deltas, a process of its own, four client connections as "+
+			"agentd's) at the same rate: %s µs per request (%s µs per chunk, %s%% of a core), **%s× the bare proxy's**, added p99 %s ms, "+
+			"%s errors; agentd's all-gRPC step %s× it.\n",
+			f(a("grpc_floor.cpu_us_per_request"), "%.0f"), f(a("grpc_floor.cpu_us_per_chunk"), "%.1f"), f(a("grpc_floor.cpu_pct"), "%.0f"),
+			f(a("grpc_floor.cpu_ratio_to_floor"), "%.2f"), f(a("grpc_floor.added.p99"), "%.2f"), f(a("grpc_floor.errors"), "%.0f"),
+			f(a("cpu_ratio_to_grpc_floor.grpc"), "%.2f"))
+	}
 }
 
 // onePathBad are the errors, drops and unserved arrivals of the rounds'
