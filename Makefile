@@ -11,6 +11,7 @@ BUF_VERSION                := v1.75.0
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GRPC_GATEWAY_VERSION       := v2.33.0
+VTPROTO_VERSION            := v0.6.1-0.20240319094008-0393e58bdf10
 # Pinned linters (see README, "Linting").
 STATICCHECK_VERSION        := v0.8.2
 GOLANGCI_LINT_VERSION      := v2.15.0
@@ -92,6 +93,7 @@ tools: ## Install the pinned code generators and linters into GOBIN
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 	go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+	go install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(VTPROTO_VERSION)
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
@@ -125,7 +127,7 @@ generate: ## Regenerate api/gen from api/proto (offline; needs make tools)
 
 .PHONY: checkgenerate
 checkgenerate: ## Fail when the committed generated code differs from a fresh generation
-	@if ! command -v buf >/dev/null || ! command -v protoc-gen-go >/dev/null || ! command -v protoc-gen-grpc-gateway >/dev/null; then \
+	@if ! command -v buf >/dev/null || ! command -v protoc-gen-go >/dev/null || ! command -v protoc-gen-grpc-gateway >/dev/null || ! command -v protoc-gen-go-vtproto >/dev/null; then \
 		echo "generators not installed: skipping the generated-code check (make tools)"; exit 0; fi; \
 	tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	buf generate -o $$tmp; \

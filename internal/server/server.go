@@ -205,6 +205,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		// grown already, and a prompt starts sooner (added TTFT over gRPC
 		// 0.970x paired, 3 rounds).
 		grpc.NumStreamWorkers(uint32(2*goruntime.GOMAXPROCS(0))),
+		// Streamed chunks encoded without reflection (codec.go).
+		grpc.ForceServerCodecV2(newEventCodec()),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors...),
 		grpc.ChainStreamInterceptor(s.streamInterceptors...),
 	)
