@@ -106,7 +106,7 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 		return nil, err
 	}
 	defer a.Stop(15 * time.Second)
-	c, err := NewClient(a, 4)
+	c, err := NewClient(a, capacityGRPCConns)
 	if err != nil {
 		return nil, err
 	}
@@ -322,8 +322,7 @@ func floorStep(ctx context.Context, e *Env, round int, p capacityParams, rate in
 	defer hc.CloseIdleConnections()
 	var apis []agentdv1.AgentServiceClient
 	if overGRPC {
-		// As many connections as agentd's capacity client has.
-		for range 4 {
+		for range capacityGRPCConns {
 			conn, api, err := DialGRPCFloor(fp.URL)
 			if err != nil {
 				return nil, err
@@ -476,6 +475,10 @@ func putCPURatios(m Metrics, floorRate int) {
 	ratio("grpc_floor.cpu_ratio_to_floor", grpcReq, floorReq)
 	ratio("cpu_ratio_to_grpc_floor.grpc", m["only.grpc.cpu_us_per_prompt"], grpcReq)
 }
+
+// capacityGRPCConns is how many gRPC connections capacity's clients
+// spread their streams over, agentd's and the gRPC floor's alike.
+const capacityGRPCConns = 4
 
 // capacityStep runs one rate, its prompts over the transports of mix.
 func capacityStep(ctx context.Context, e *Env, a *Agentd, c *Client, round, rate int, store string, p capacityParams, mix capacityMix) (Metrics, error) {

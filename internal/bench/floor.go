@@ -71,6 +71,21 @@ const FloorProcMsg = "floor proxy listening on "
 // from /proc like agentd's. It serves until SIGTERM; with cpuProfile set,
 // its whole run is CPU-profiled into that file.
 func RunFloorProxy(ctx context.Context, target, cpuProfile string, stdout io.Writer) error {
+	return profiled(cpuProfile, func() error {
+		f, err := StartFloor(target, stdout)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fmt.Fprintf(stdout, "%s%s\n", FloorProcMsg, f.URL)
+		<-ctx.Done()
+		return nil
+	})
+}
+
+// profiled runs run, CPU-profiled into the file cpuProfile when that is
+// set.
+func profiled(cpuProfile string, run func() error) error {
 	if cpuProfile != "" {
 		pf, err := os.Create(cpuProfile)
 		if err != nil {
@@ -85,27 +100,27 @@ func RunFloorProxy(ctx context.Context, target, cpuProfile string, stdout io.Wri
 			_ = pf.Close()
 		}()
 	}
-	f, err := StartFloor(target, stdout)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fmt.Fprintf(stdout, "%s%s\n", FloorProcMsg, f.URL)
-	<-ctx.Done()
-	return nil
+	return run()
 }
 
 // StartFloorProc runs `bin bench floor-proxy` in front of target, with
 // its CPU profile written to cpuProfile when that is set.
 func StartFloorProc(bin, target, cpuProfile string) (*MockProc, error) {
-	args := []string{"bench", "floor-proxy", "--target", target}
+	return startFloorProc(bin, "floor-proxy", FloorProcMsg, target, cpuProfile)
+}
+
+// startFloorProc runs `bin bench <sub> --target target`, with
+// --cpuprofile when cpuProfile is set, until it prints ready and its
+// address (the MockProc's URL).
+func startFloorProc(bin, sub, ready, target, cpuProfile string) (*MockProc, error) {
+	args := []string{"bench", sub, "--target", target}
 	if cpuProfile != "" {
 		args = append(args, "--cpuprofile", cpuProfile)
 	}
 	cmd := exec.Command(bin, args...)
 	m := &MockProc{}
-	p, err := start("floor-proxy", cmd, 30*time.Second, func(line string) bool {
-		if u, ok := strings.CutPrefix(line, FloorProcMsg); ok {
+	p, err := start(sub, cmd, 30*time.Second, func(line string) bool {
+		if u, ok := strings.CutPrefix(line, ready); ok {
 			m.URL = strings.TrimSpace(u)
 			return true
 		}

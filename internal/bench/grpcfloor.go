@@ -10,10 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -117,30 +114,18 @@ const GRPCFloorProcMsg = "grpc floor listening on "
 // like agentd's. It serves until ctx ends; with cpuProfile set, its whole
 // run is CPU-profiled into that file.
 func RunGRPCFloor(ctx context.Context, target, cpuProfile string, stdout io.Writer) error {
-	if cpuProfile != "" {
-		pf, err := os.Create(cpuProfile)
+	return profiled(cpuProfile, func() error {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
 		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			pf.Close()
-			return err
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = pf.Close()
-		}()
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	srv := newGRPCFloor(target)
-	go func() { _ = srv.Serve(lis) }()
-	fmt.Fprintf(stdout, "%s%s\n", GRPCFloorProcMsg, lis.Addr().String())
-	<-ctx.Done()
-	srv.Stop()
-	return nil
+		srv := newGRPCFloor(target)
+		go func() { _ = srv.Serve(lis) }()
+		fmt.Fprintf(stdout, "%s%s\n", GRPCFloorProcMsg, lis.Addr().String())
+		<-ctx.Done()
+		srv.Stop()
+		return nil
+	})
 }
 
 // newGRPCFloor is the gRPC floor's server, relaying to the mock at target.
@@ -165,24 +150,7 @@ func newGRPCFloor(target string) *grpc.Server {
 // StartGRPCFloorProc runs `bin bench grpc-floor` in front of target; its
 // URL field is the gRPC address (host:port).
 func StartGRPCFloorProc(bin, target, cpuProfile string) (*MockProc, error) {
-	args := []string{"bench", "grpc-floor", "--target", target}
-	if cpuProfile != "" {
-		args = append(args, "--cpuprofile", cpuProfile)
-	}
-	cmd := exec.Command(bin, args...)
-	m := &MockProc{}
-	p, err := start("grpc-floor", cmd, 30*time.Second, func(line string) bool {
-		if addr, ok := strings.CutPrefix(line, GRPCFloorProcMsg); ok {
-			m.URL = strings.TrimSpace(addr)
-			return true
-		}
-		return false
-	})
-	if err != nil {
-		return nil, err
-	}
-	m.Proc = p
-	return m, nil
+	return startFloorProc(bin, "grpc-floor", GRPCFloorProcMsg, target, cpuProfile)
 }
 
 // DialGRPCFloor is a client of the gRPC floor at addr, with the options
