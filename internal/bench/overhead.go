@@ -45,10 +45,10 @@ func overheadParamsFor(quick bool) overheadParams {
 // runOverhead: one request at a time, interleaved over the five paths
 // (direct, floor, gRPC floor, agentd REST+SSE, agentd gRPC), each agentd
 // prompt on a fresh session so that every request carries the same
-// one-message context. Every text delta is stamped by the mock, so each request yields
-// its inbound time (request sent → mock got it) and each chunk its transit
-// time (mock wrote it → client read it), whatever the path. On the Redis
-// store, redis-server's CPU per prompt is measured too.
+// one-message context. Every text delta is stamped by the mock, so each
+// request yields its inbound time (request sent → mock got it) and each
+// chunk its transit time (mock wrote it → client read it), whatever the
+// path. On the Redis store, redis-server's CPU per prompt is measured too.
 func runOverhead(ctx context.Context, e *Env, round int, store string) (_ Metrics, err error) {
 	p := overheadParamsFor(e.Cfg.Quick)
 	headers := map[string]string{
