@@ -197,8 +197,10 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (_ *App, err erro
 	a.undo = a.undo[:len(a.undo)-1]
 	// Memory a passed load left free goes back to the OS (memory.go): the
 	// load is the sessions, their readers and the clients' connections
-	// (each holds buffers and a goroutine while it is open, idle or not).
-	stopReclaim := startReclaimer(func() int { return sessions.Count() + sessions.Subscribers() + srv.Connections() })
+	// (each holds buffers and a goroutine while it is open, idle or not);
+	// a load that halved sheds the providers' idle connections too.
+	stopReclaim := startReclaimer(func() int { return sessions.Count() + sessions.Subscribers() + srv.Connections() },
+		func() { closeIdleConnections(providers) })
 	a.undo = append(a.undo, func(context.Context) error { stopReclaim(); return nil })
 	return a, nil
 }

@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/agentd/agentd/internal/session"
 )
 
 // After a load has passed (a burst of sessions deleted, a spike of
@@ -15,9 +17,12 @@ import (
 // many and more than the live heap, or when the load (sessions, readers
 // and connections) fell to half its peak, returns them at once
 // (debug.FreeOSMemory), so that RSS follows the live sessions instead of
-// the peak. Under a steady load the free pages stay below the live heap
-// (the collector reuses them) and the load does not halve, so it does not
-// fire.
+// the peak. A load that halved also sheds the idle connections to the
+// providers that its prompts opened (one per concurrent stream over
+// HTTP/1.1: each an idle connection's buffers and two goroutines, about
+// 28 KiB, that the transport keeps for 90 s): the next prompts dial anew.
+// Under a steady load the free pages stay below the live heap (the
+// collector reuses them) and the load does not halve, so it does not fire.
 const (
 	reclaimEvery   = 5 * time.Second
 	reclaimMinFree = 64 << 20
@@ -51,8 +56,9 @@ const reclaimMinLoad = 1000
 
 // reclaimMemory checks every interval until ctx is done; read, load and
 // release are heapPages, the load and debug.FreeOSMemory (a collection,
-// then every free page returned).
-func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, live uint64), load func() int, release func()) {
+// then every free page returned); shed, run before release when the load
+// halved, closes the idle provider connections.
+func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, live uint64), load func() int, shed, release func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	peak := load()
@@ -64,20 +70,38 @@ func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, 
 		}
 		n := load()
 		peak = max(peak, n)
-		if loadDropped(n, peak) || shouldReclaim(read()) {
+		dropped := loadDropped(n, peak)
+		if dropped {
+			shed()
+		}
+		if dropped || shouldReclaim(read()) {
 			release()
 			peak = n
 		}
 	}
 }
 
-// startReclaimer runs reclaimMemory until stop is called.
-func startReclaimer(load func() int) (stop func()) {
+// startReclaimer runs reclaimMemory until stop is called; shed closes the
+// providers' idle connections.
+func startReclaimer(load func() int, shed func()) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		reclaimMemory(ctx, reclaimEvery, heapPages, load, debug.FreeOSMemory)
+		reclaimMemory(ctx, reclaimEvery, heapPages, load, shed, debug.FreeOSMemory)
 	}()
 	return func() { cancel(); <-done }
+}
+
+// idleCloser is a provider client that keeps connections (every HTTP one).
+type idleCloser interface{ CloseIdleConnections() }
+
+// closeIdleConnections closes the idle connections of every provider's
+// client; the ones in use stay.
+func closeIdleConnections(providers []session.Provider) {
+	for _, p := range providers {
+		if c, ok := p.Client.(idleCloser); ok {
+			c.CloseIdleConnections()
+		}
+	}
 }

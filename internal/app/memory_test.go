@@ -7,6 +7,13 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/anthropic"
+	"github.com/agentd/agentd/internal/provider/providertest"
+	"github.com/agentd/agentd/internal/provider/sim"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 func TestLoadDropped(t *testing.T) {
@@ -44,12 +51,12 @@ func TestReclaimMemoryChecksAndStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var free atomic.Uint64
-		var n, load atomic.Int32
+		var n, shed, load atomic.Int32
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			reclaimMemory(ctx, time.Second, func() (uint64, uint64) { return free.Load(), 10 << 20 }, func() int { return int(load.Load()) },
-				func() { n.Add(1); free.Store(0) })
+				func() { shed.Add(1) }, func() { n.Add(1); free.Store(0) })
 		}()
 		time.Sleep(3500 * time.Millisecond)
 		synctest.Wait()
@@ -77,10 +84,13 @@ func TestReclaimMemoryChecksAndStops(t *testing.T) {
 		if n.Load() != 2 {
 			t.Fatalf("released %d times after the load halved, want 2", n.Load())
 		}
+		if shed.Load() != 1 {
+			t.Fatalf("shed the idle connections %d times, want once: when the load halved (not for free pages alone)", shed.Load())
+		}
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
-		if n.Load() != 2 {
-			t.Fatalf("released %d times with the load steady, want 2", n.Load())
+		if n.Load() != 2 || shed.Load() != 1 {
+			t.Fatalf("released %d times, shed %d, with the load steady, want 2 and 1", n.Load(), shed.Load())
 		}
 		cancel()
 		<-done
@@ -101,5 +111,37 @@ func TestReclaimSamplesExist(t *testing.T) {
 	}
 	if free, live := heapPages(); live == 0 {
 		t.Errorf("heapPages = %d free, %d live: the live heap reads as zero", free, live)
+	}
+}
+
+// closeIdleConnections closes a provider client's kept-alive connection:
+// the call after it dials anew.
+func TestCloseIdleConnectionsRedials(t *testing.T) {
+	s := providertest.NewServer(providertest.Options{})
+	defer s.Close()
+	c := anthropic.New(anthropic.Options{BaseURL: s.URL})
+	defer c.CloseIdleConnections()
+	providers := []session.Provider{{Name: "anthropic", Client: c}, {Name: "sim", Client: simProvider{sim.New(sim.Options{})}}}
+	call := func() {
+		t.Helper()
+		req := &provider.Request{Model: "claude-sonnet-4-5", Credential: provider.Credential{ID: "k", Secret: "sk-test"},
+			Messages: []provider.Message{{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "hi"}}}}}
+		if res := c.Stream(testkit.Context(t), req, nil); res.Message.StopReason != provider.StopEnd {
+			t.Fatalf("call: %+v", res.Message)
+		}
+	}
+	call()
+	call()
+	closeIdleConnections(providers)
+	call()
+	reqs, err := s.WaitRequests(testkit.Context(t), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs[0].RemoteAddr != reqs[1].RemoteAddr {
+		t.Errorf("the second call dialed anew (%s, then %s): the connection was not kept", reqs[0].RemoteAddr, reqs[1].RemoteAddr)
+	}
+	if reqs[2].RemoteAddr == reqs[1].RemoteAddr {
+		t.Errorf("the call after closeIdleConnections reused the connection %s", reqs[2].RemoteAddr)
 	}
 }

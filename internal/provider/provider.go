@@ -212,6 +212,12 @@ type Request struct {
 	// (retries and tool-loop turns included). Scripted providers use it to
 	// play a fault script attempt by attempt.
 	Call int
+	// Answered, when set, is called on the calling goroutine once the
+	// provider has answered with a stream (status and headers read),
+	// before its first event is read: the caller's work that need not
+	// lie on the request's way to the provider goes there, into the time
+	// the model takes to its first token. A provider may not call it.
+	Answered func()
 }
 
 // Delta is output that arrived while streaming.

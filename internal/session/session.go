@@ -512,7 +512,6 @@ func (s *Session) emit(e Event) {
 // cancel is ctx's: it runs when the prompt has ended, on every path, so that
 // nothing of the run stays attached to the manager's context.
 func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64, promptID string, res *resumePoint) {
-	growRunStack(int(gen))
 	defer s.m.runs.Done()
 	defer cancel()
 	stopLease := s.m.rep.hold(s, promptID)
@@ -752,6 +751,7 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 		Messages:  append([]provider.Message(nil), s.context...),
 		Tools:     s.tools,
 		Call:      call,
+		Answered:  growStack,
 	}
 	params, thinkingOff := s.runParams, s.thinkingOff
 	s.streaming = true

@@ -97,6 +97,7 @@ func (c *Client) CloseIdleConnections() { c.client.CloseIdleConnections() }
 // it.
 func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func(provider.Delta)) provider.Result {
 	a := wire.NewAcc(req.Model, req.Credential.Secret, onDelta)
+	a.Answered = req.Answered
 	wb := c.requestBody(req)
 	body, err := encodeRequest(&wb)
 	if err != nil {

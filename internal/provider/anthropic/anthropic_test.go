@@ -521,3 +521,38 @@ func TestConnectionReuseAndJSONOn200(t *testing.T) {
 		t.Errorf("JSON error on a 200: %+v", res)
 	}
 }
+
+// TestAnsweredOnceBeforeTheFirstDelta: Request.Answered runs once the
+// stream's headers are in and before its first delta; an error answer
+// never calls it.
+func TestAnsweredOnceBeforeTheFirstDelta(t *testing.T) {
+	s := newServer(t, providertest.Options{})
+	s.Enqueue(providertest.Step{Answer: &providertest.Answer{Text: []string{"Hello", " world"}}})
+	s.Enqueue(providertest.Step{Kind: providertest.StepHTTPError, Status: 429})
+	c := newClient(t, Options{BaseURL: s.URL})
+
+	var seen []string
+	req := request()
+	req.Answered = func() {
+		if n := len(s.Requests()); n != 1 {
+			t.Errorf("answered with %d requests at the server, want 1", n)
+		}
+		seen = append(seen, "answered")
+	}
+	rec := &providertest.Deltas{}
+	rec.Hook = func(d provider.Delta) { seen = append(seen, d.Text) }
+	res := c.Stream(testkit.Context(t), req, rec.On)
+	providertest.CheckNoSecret(t, res, secret)
+	if res.Message.StopReason != provider.StopEnd {
+		t.Fatalf("result = %+v", res)
+	}
+	if got, want := strings.Join(seen, "|"), "answered|Hello| world"; got != want {
+		t.Errorf("calls = %q, want %q", got, want)
+	}
+
+	seen = nil
+	res, _ = streamT(t, c, req)
+	if res.Message.StopReason != provider.StopError || len(seen) != 0 {
+		t.Errorf("429: result %+v, calls %q (want none)", res.Message, seen)
+	}
+}

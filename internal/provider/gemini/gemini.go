@@ -148,6 +148,7 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 		u = c.URL(req.Model)
 	}
 	a := wire.NewAcc(req.Model, secret, onDelta)
+	a.Answered = req.Answered
 	body, err := json.Marshal(requestBody(req))
 	if err != nil {
 		return a.Fail("gemini: encoding the request: "+err.Error(), "", nil)

@@ -229,6 +229,7 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 		req = &r
 	}
 	a := wire.NewAcc(req.Model, req.Credential.Secret, onDelta)
+	a.Answered = req.Answered
 	switch c.api {
 	case APIResponses:
 		return c.streamResponses(ctx, req, a)

@@ -30,6 +30,9 @@ type Acc struct {
 	tools map[int]*toolState
 	// deltas counts the deltas handed to onDelta.
 	deltas int
+	// Answered is the call's provider.Request.Answered: Run calls it
+	// once the stream's headers are read.
+	Answered func()
 }
 
 type toolState struct {

@@ -247,6 +247,9 @@ func Run(ctx context.Context, client *http.Client, req *http.Request, timeout, r
 		}
 		return a.FailAPI(c, e)
 	}
+	if a.Answered != nil {
+		a.Answered()
+	}
 	r := newSSEReader(c.resp.Body)
 	defer r.release()
 	yielded := false
