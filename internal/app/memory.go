@@ -57,11 +57,16 @@ const reclaimMinLoad = 1000
 // reclaimMemory checks every interval until ctx is done; read, load and
 // release are heapPages, the load and debug.FreeOSMemory (a collection,
 // then every free page returned); shed, run before release when the load
-// halved, closes the idle provider connections.
+// halved, closes the idle provider connections, and the check after it
+// releases again (what the closed connections freed as they ended).
 func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, live uint64), load func() int, shed, release func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	peak := load()
+	// again: the last check shed connections; their goroutines end and
+	// free their buffers after that release, so the next check releases
+	// once more.
+	again := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -74,10 +79,11 @@ func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, 
 		if dropped {
 			shed()
 		}
-		if dropped || shouldReclaim(read()) {
+		if dropped || again || shouldReclaim(read()) {
 			release()
 			peak = n
 		}
+		again = dropped
 	}
 }
 

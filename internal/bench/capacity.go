@@ -188,8 +188,9 @@ func runCapacity(ctx context.Context, e *Env, round int, store string) (Metrics,
 	// the clients close their idle connections, as a load tool that has
 	// finished does, and agentd's RSS is read again once it has been idle
 	// for e.afterLoad() (the floor's steps run meanwhile). What it holds
-	// then is its own: its connections to the provider, which it keeps for
-	// the next load, and what the runtime did not give back.
+	// then is its own: what the runtime did not give back, and the
+	// connections to the provider it did not shed (a load that halved
+	// closes the idle ones).
 	agentdDone := time.Now()
 	c.HTTP.CloseIdleConnections()
 	if ctx.Err() == nil {
@@ -242,9 +243,9 @@ func (e *Env) afterLoad() time.Duration {
 // afterLoadRSS records agentd's RSS e.afterLoad() past done (its load's end),
 // its peak RSS, and then (after a forced GC, once the RSS is read) its
 // live heap and where the runtime's memory is. The bench's clients have
-// closed their connections to agentd; agentd keeps its own to the mock
-// (as the floor keeps its): they are what stays live, no session does. The
-// second ratio holds the RSS against the idle RSS plus that live growth.
+// closed their connections to agentd, and agentd has shed its idle ones
+// to the mock (the floor keeps its): no session stays live. The second
+// ratio holds the RSS against the idle RSS plus the live heap's growth.
 func afterLoadRSS(ctx context.Context, e *Env, a *Agentd, m Metrics, done time.Time) {
 	if d := time.Until(done.Add(e.afterLoad())); d > 0 {
 		select {

@@ -237,8 +237,8 @@ func afterLoadNote(v storeView) string {
 	if !finite(c("rss.after_load_mib")) {
 		return ""
 	}
-	note := fmt.Sprintf("agentd idle %.1f MiB, %.1f MiB %.0f s after its last step (live heap %.1f MiB, from %.1f idle: its connections "+
-		"to the provider, the clients' closed; %.0f goroutines; peak RSS %.0f MiB); against the idle RSS plus the live heap's growth %.2f×",
+	note := fmt.Sprintf("agentd idle %.1f MiB, %.1f MiB %.0f s after its last step (live heap %.1f MiB, from %.1f idle, "+
+		"the clients' connections closed; %.0f goroutines; peak RSS %.0f MiB); against the idle RSS plus the live heap's growth %.2f×",
 		c("rss.idle_mib"), c("rss.after_load_mib"), c("rss.after_load_s"), c("rss.after_load_live_mib"), c("rss.idle_live_mib"),
 		c("rss.after_load_goroutines"), c("rss.peak_mib"), c("rss.after_load_live_ratio"))
 	if finite(c("floor_high.rss.after_load_ratio")) {
