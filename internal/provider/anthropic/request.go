@@ -169,7 +169,8 @@ func (c *Client) requestBody(req *provider.Request) messagesRequest {
 //     alternate as the API requires, with tool_result blocks first in a
 //     merged user turn (the API wants them right after the tool_use turn).
 func messages(msgs []provider.Message) []wireMessage {
-	out := []wireMessage{}
+	// At most one turn a message: one allocation, however long the history.
+	out := make([]wireMessage, 0, len(msgs))
 	for _, m := range msgs {
 		var role string
 		switch m.Role {
@@ -238,6 +239,10 @@ func rank(b wireBlock) int {
 func wireBlocks(role string, content []provider.Block) []wireBlock {
 	var out []wireBlock
 	for _, b := range content {
+		if out == nil {
+			// At most one block a block: one allocation a message.
+			out = make([]wireBlock, 0, len(content))
+		}
 		switch b.Type {
 		case provider.BlockText:
 			if b.Text != "" {

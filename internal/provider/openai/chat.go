@@ -154,7 +154,7 @@ func (c *Client) streamChat(ctx context.Context, req *provider.Request, a *wire.
 	if !c.opts.NoPromptCache {
 		body.PromptCacheKey = req.SessionID
 	}
-	hreq, err := c.newRequest(req, body)
+	hreq, err := c.newRequest(req, &body)
 	if err != nil {
 		return a.Fail("openai: "+err.Error(), "", nil)
 	}

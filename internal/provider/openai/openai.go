@@ -241,7 +241,13 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 
 // newRequest builds the POST of body with the client's headers.
 func (c *Client) newRequest(req *provider.Request, body any) (*http.Request, error) {
-	b, err := json.Marshal(body)
+	var b []byte
+	var err error
+	if chat, ok := body.(*chatRequest); ok {
+		b, err = encodeChat(chat)
+	} else {
+		b, err = json.Marshal(body)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,180 @@
+package openai
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/agentd/agentd/internal/provider/internal/wire"
+)
+
+// encodeChat is json.Marshal(body), byte for byte, written without
+// reflection: a Chat Completions body is encoded on every model call,
+// before the request leaves, and encoding/json's reflective encoder, run
+// cold between prompts, is tens of µs of that way. Its buffer is taken once,
+// at about the body's size (chatSize): an agent's history is re-sent on
+// every call. What it does not write itself (a float JSON cannot hold, a
+// tool schema that is not JSON, content of another type) it leaves to
+// json.Marshal, error and all. TestEncodeChatIsMarshal and FuzzEncodeChat
+// hold it to json.Marshal's output.
+func encodeChat(body *chatRequest) ([]byte, error) {
+	b, ok := appendChat(make([]byte, 0, chatSize(body)), body)
+	if !ok {
+		return json.Marshal(body)
+	}
+	return b, nil
+}
+
+// chatSize is about the size of body's JSON: its strings and raw JSON
+// unescaped, plus room for the names and punctuation around them (text
+// that escapes to more makes the buffer grow once more).
+func chatSize(body *chatRequest) int {
+	n := 256 + len(body.Model) + len(body.ReasoningEffort) + len(body.PromptCacheKey)
+	for i := range body.Messages {
+		m := &body.Messages[i]
+		n += 48 + len(m.Role) + len(m.ToolCallID)
+		if s, ok := m.Content.(string); ok {
+			n += len(s)
+		}
+		for j := range m.ToolCalls {
+			c := &m.ToolCalls[j]
+			n += 64 + len(c.ID) + len(c.Type) + len(c.Function.Name) + len(c.Function.Arguments)
+		}
+	}
+	for i := range body.Tools {
+		t := &body.Tools[i]
+		n += 80 + len(t.Type) + len(t.Function.Name) + len(t.Function.Description) + len(t.Function.Parameters)
+	}
+	for _, s := range body.Stop {
+		n += 4 + len(s)
+	}
+	return n
+}
+
+// appendChat appends body's JSON to b, its fields in chatRequest's order,
+// the empty ones left out as its omitempty tags say; false: json.Marshal's
+// to write.
+func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
+	var ok bool
+	b = append(b, `{"model":`...)
+	b = wire.AppendString(b, body.Model)
+	b = append(b, `,"messages":`...)
+	if body.Messages == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range body.Messages {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = appendChatMessage(b, &body.Messages[i]); !ok {
+				return b, false
+			}
+		}
+		b = append(b, ']')
+	}
+	if len(body.Tools) > 0 {
+		b = append(b, `,"tools":[`...)
+		for i := range body.Tools {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			t := &body.Tools[i]
+			b = append(b, `{"type":`...)
+			b = wire.AppendString(b, t.Type)
+			b = append(b, `,"function":{"name":`...)
+			b = wire.AppendString(b, t.Function.Name)
+			if t.Function.Description != "" {
+				b = append(b, `,"description":`...)
+				b = wire.AppendString(b, t.Function.Description)
+			}
+			b = append(b, `,"parameters":`...)
+			if b, ok = wire.AppendRaw(b, t.Function.Parameters); !ok {
+				return b, false
+			}
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
+	if body.MaxCompletionTokens != 0 {
+		b = append(b, `,"max_completion_tokens":`...)
+		b = strconv.AppendInt(b, int64(body.MaxCompletionTokens), 10)
+	}
+	if body.Temperature != nil {
+		b = append(b, `,"temperature":`...)
+		if b, ok = wire.AppendFloat(b, *body.Temperature); !ok {
+			return b, false
+		}
+	}
+	if body.TopP != nil {
+		b = append(b, `,"top_p":`...)
+		if b, ok = wire.AppendFloat(b, *body.TopP); !ok {
+			return b, false
+		}
+	}
+	if len(body.Stop) > 0 {
+		b = append(b, `,"stop":[`...)
+		for i, s := range body.Stop {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = wire.AppendString(b, s)
+		}
+		b = append(b, ']')
+	}
+	if body.ReasoningEffort != "" {
+		b = append(b, `,"reasoning_effort":`...)
+		b = wire.AppendString(b, body.ReasoningEffort)
+	}
+	b = append(b, `,"stream":`...)
+	b = strconv.AppendBool(b, body.Stream)
+	if o := body.StreamOptions; o != nil {
+		b = append(b, `,"stream_options":{"include_usage":`...)
+		b = strconv.AppendBool(b, o.IncludeUsage)
+		b = append(b, '}')
+	}
+	if body.PromptCacheKey != "" {
+		b = append(b, `,"prompt_cache_key":`...)
+		b = wire.AppendString(b, body.PromptCacheKey)
+	}
+	return append(b, '}'), true
+}
+
+// appendChatMessage appends one message; false for content that is neither
+// a string nor null.
+func appendChatMessage(b []byte, m *chatMessage) ([]byte, bool) {
+	b = append(b, `{"role":`...)
+	b = wire.AppendString(b, m.Role)
+	b = append(b, `,"content":`...)
+	switch c := m.Content.(type) {
+	case nil:
+		b = append(b, "null"...)
+	case string:
+		b = wire.AppendString(b, c)
+	default:
+		return b, false
+	}
+	if len(m.ToolCalls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for j := range m.ToolCalls {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			c := &m.ToolCalls[j]
+			b = append(b, `{"id":`...)
+			b = wire.AppendString(b, c.ID)
+			b = append(b, `,"type":`...)
+			b = wire.AppendString(b, c.Type)
+			b = append(b, `,"function":{"name":`...)
+			b = wire.AppendString(b, c.Function.Name)
+			b = append(b, `,"arguments":`...)
+			b = wire.AppendString(b, c.Function.Arguments)
+			b = append(b, "}}"...)
+		}
+		b = append(b, ']')
+	}
+	if m.ToolCallID != "" {
+		b = append(b, `,"tool_call_id":`...)
+		b = wire.AppendString(b, m.ToolCallID)
+	}
+	return append(b, '}'), true
+}

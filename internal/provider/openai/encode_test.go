@@ -1,0 +1,178 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/testkit"
+)
+
+// sameAsMarshal fails t unless encodeChat writes what json.Marshal does (or
+// both refuse body).
+func sameAsMarshal(t *testing.T, name string, body *chatRequest) {
+	t.Helper()
+	want, wantErr := json.Marshal(body)
+	got, err := encodeChat(body)
+	switch {
+	case (err != nil) != (wantErr != nil):
+		t.Errorf("%s: error %v, json.Marshal's %v", name, err, wantErr)
+	case err != nil && err.Error() != wantErr.Error():
+		t.Errorf("%s: error %q, json.Marshal's %q", name, err, wantErr)
+	case !bytes.Equal(got, want):
+		t.Errorf("%s:\n got %s\nwant %s", name, got, want)
+	}
+	if _, direct := appendChat(nil, body); direct && wantErr != nil {
+		t.Errorf("%s: written without json.Marshal, which refuses it: %v", name, wantErr)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// odd is a string with everything json.Marshal escapes or replaces.
+const odd = "q\"b\\s/ <a&b> \b\f\n\r\t \x00\x01\x1f\x7f é 世界 😀 \u2028\u2029 bad:\xff\xfe\xc3 end"
+
+func TestEncodeChatIsMarshal(t *testing.T) {
+	params := provider.Params{MaxTokens: 300, Thinking: &provider.Thinking{Effort: "high"}, Temperature: ptr(0.7),
+		TopP: ptr(1e-7), StopSequences: []string{"\n\nUser:", odd}}
+	reqs := map[string]*provider.Request{
+		"one prompt": {Model: "gpt-x", Messages: []provider.Message{
+			{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "hello"}}}}},
+		"a system prompt, tools and a whole turn": {Model: "gpt-x", System: odd, Params: params, SessionID: "s-1",
+			Tools: []provider.Tool{
+				{Name: "get", Description: "gets <things> & more", InputSchema: json.RawMessage(` { "type" : "object", "properties": {"q": {"type":"string","description":"a < b \u2028"}} } `)},
+				{Name: "bare"},
+			},
+			Messages: []provider.Message{
+				{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: odd}}},
+				{Role: provider.RoleAssistant, Content: []provider.Block{
+					{Type: provider.BlockThinking, Text: "not sent back"},
+					{Type: provider.BlockText, Text: "calling"},
+					{Type: provider.BlockToolCall, ToolCallID: "call_1", ToolName: "get", ToolInput: json.RawMessage(` {"q": "<x>"} `)},
+					{Type: provider.BlockToolCall, ToolCallID: "call_2", ToolName: "bare"},
+				}},
+				{Role: provider.RoleTool, Content: []provider.Block{
+					{Type: provider.BlockToolResult, ToolCallID: "call_1", Text: odd},
+					{Type: provider.BlockToolResult, ToolCallID: "call_2", Text: "failed", IsError: true},
+				}},
+				{Role: provider.RoleAssistant, Content: []provider.Block{
+					{Type: provider.BlockToolCall, ToolCallID: "call_3", ToolName: "get", ToolInput: json.RawMessage(`{}`)}}},
+				{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "next"}}},
+			}},
+		"no messages": {Model: "m", Params: provider.Params{Temperature: ptr(0.0), TopP: ptr(1e21)}},
+	}
+	for name, req := range reqs {
+		for _, noStreamOptions := range []bool{false, true} {
+			body := chatBody(req, noStreamOptions)
+			body.PromptCacheKey = req.SessionID
+			sameAsMarshal(t, name, &body)
+			if _, direct := appendChat(nil, &body); !direct {
+				t.Errorf("%s: left to json.Marshal", name)
+			}
+		}
+	}
+	// What chatBody never builds but the encoder must still match.
+	for name, body := range map[string]chatRequest{
+		"nil messages":              {Model: "m"},
+		"empty tool calls":          {Model: "m", Messages: []chatMessage{{Role: "assistant", ToolCalls: []chatToolCall{}}}},
+		"content of another type":   {Model: "m", Messages: []chatMessage{{Role: "user", Content: []string{"a", "<b>"}}}},
+		"NaN temperature":           {Model: "m", Temperature: ptr(math.NaN())},
+		"infinite top_p":            {Model: "m", TopP: ptr(math.Inf(-1))},
+		"small and large floats":    {Model: "m", Temperature: ptr(-1.5e-9), TopP: ptr(123456789.125)},
+		"a schema that is not JSON": {Model: "m", Tools: []chatTool{{Type: "function", Function: chatToolDef{Name: "t", Parameters: json.RawMessage(`{nope}`)}}}},
+		"a nil schema":              {Model: "m", Tools: []chatTool{{Type: "function", Function: chatToolDef{Name: "t"}}}},
+		"an empty stop list":        {Model: "m", Stop: []string{}},
+	} {
+		sameAsMarshal(t, name, &body)
+	}
+}
+
+// FuzzEncodeChat holds encodeChat to json.Marshal's bytes. Run it with
+//
+//	go test -run '^$' -fuzz '^FuzzEncodeChat$' -fuzztime 5m ./internal/provider/openai/
+func FuzzEncodeChat(f *testing.F) {
+	f.Add("hello", "system", `{"type":"object"}`, 0.5, 1024)
+	f.Add(odd, odd, ` [1, "<&>", {"a" : null}] `, 1e-7, 0)
+	f.Add("", "", `{`, math.Inf(1), -3)
+	f.Fuzz(func(t *testing.T, text, system, raw string, temp float64, maxTokens int) {
+		body := chatRequest{Model: text, MaxCompletionTokens: maxTokens, Temperature: &temp, Stream: true,
+			Stop: []string{system}, ReasoningEffort: text, PromptCacheKey: system,
+			StreamOptions: &streamOptions{IncludeUsage: maxTokens%2 == 0},
+			Messages: []chatMessage{
+				{Role: "system", Content: system},
+				{Role: "user", Content: text},
+				{Role: "assistant", ToolCalls: []chatToolCall{{ID: system, Type: "function", Function: chatFunction{Name: text, Arguments: raw}}}},
+				{Role: "tool", ToolCallID: system, Content: raw},
+			},
+			Tools: []chatTool{{Type: "function", Function: chatToolDef{Name: text, Description: system, Parameters: json.RawMessage(raw)}}},
+		}
+		sameAsMarshal(t, "fuzz", &body)
+	})
+}
+
+// longChat is a request an agent loop sends many turns in: the history,
+// a tool and a system prompt, every text plain.
+func longChat(turns int) *chatRequest {
+	req := &provider.Request{Model: "gpt-x", System: strings.Repeat("You are careful. ", 40), SessionID: "s-1",
+		Tools: []provider.Tool{{Name: "get", Description: "gets a page", InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)}}}
+	for i := range turns {
+		id := fmt.Sprintf("call_%d", i)
+		req.Messages = append(req.Messages,
+			provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: strings.Repeat("a question ", 50+i)}}},
+			provider.Message{Role: provider.RoleAssistant, Content: []provider.Block{
+				{Type: provider.BlockText, Text: strings.Repeat("an answer ", 150)},
+				{Type: provider.BlockToolCall, ToolCallID: id, ToolName: "get", ToolInput: json.RawMessage(`{"q":"x"}`)},
+			}},
+			provider.Message{Role: provider.RoleTool, Content: []provider.Block{{Type: provider.BlockToolResult, ToolCallID: id, Text: strings.Repeat("a result ", 80)}}})
+	}
+	body := chatBody(req, false)
+	body.PromptCacheKey = req.SessionID
+	return &body
+}
+
+// The body's buffer is taken once, at about its size.
+func TestEncodeChatTakesItsBufferOnce(t *testing.T) {
+	for _, turns := range []int{0, 1, 10, 60} {
+		body := longChat(turns)
+		b, err := encodeChat(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameAsMarshal(t, fmt.Sprintf("%d turns", turns), body)
+		// Taken at its estimate, never regrown: one allocation (more under
+		// -race, whose sync.Pool drops encoding/json's scanners at random).
+		if est := chatSize(body); cap(b) != est {
+			t.Errorf("%d turns: the buffer grew from %d bytes to %d for %d", turns, est, cap(b), len(b))
+		}
+		if n := testing.AllocsPerRun(20, func() { _, _ = encodeChat(body) }); n != 1 && !testkit.Race {
+			t.Errorf("%d turns (%d bytes): %.0f allocations, want 1", turns, len(b), n)
+		}
+		if c := cap(b); c > len(b)*5/4+256 {
+			t.Errorf("%d turns: a buffer of %d bytes for %d", turns, c, len(b))
+		}
+	}
+}
+
+// BenchmarkEncodeChat: the encoder against json.Marshal of the same body.
+func BenchmarkEncodeChat(b *testing.B) {
+	for _, turns := range []int{1, 20} {
+		body := longChat(turns)
+		for _, enc := range []struct {
+			name string
+			f    func(*chatRequest) ([]byte, error)
+		}{{"encodeChat", encodeChat}, {"json.Marshal", func(r *chatRequest) ([]byte, error) { return json.Marshal(r) }}} {
+			b.Run(fmt.Sprintf("turns=%d/%s", turns, enc.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := enc.f(body); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
