@@ -50,7 +50,7 @@ func TestAllocationsPerPromptAndChunk(t *testing.T) {
 	long := testing.AllocsPerRun(200, run(110))
 	perChunk := (long - short) / 100
 	t.Logf("allocations: %.0f a session and prompt of 10 chunks, %.1f a chunk", short, perChunk)
-	// Measured: 81 a session and prompt (94 with -race; 85 before IDs were
+	// Measured: 80 a session and prompt (94 with -race; 85 before IDs were
 	// made in one allocation), 1.1 a chunk, of which 1 is the simulated
 	// provider's own word. Of the prompt's, about
 	// 20 are the store's part since local mode runs on a MemoryStore like

@@ -67,10 +67,11 @@ type eventLog struct {
 	// moved forward (jump) or filled from older stored events (prepend), as
 	// a replica's copy of a shared session's log is. Events are held
 	// compact (heldEvent).
-	ring []heldEvent
-	size uint64
-	base uint64
-	next uint64 // the seq the next event gets
+	ring    []heldEvent
+	ringBox *[]heldEvent // what held ring in ringBufs (nil: none yet)
+	size    uint64
+	base    uint64
+	next    uint64 // the seq the next event gets
 	// waiting are the readers waiting for an event: each is woken on its
 	// own channel, made once per reader, so that a wait costs no channel
 	// (an event closing one shared channel would cost a new one per wait,
@@ -185,14 +186,74 @@ func (l *eventLog) storeLocked(e heldEvent) {
 	switch {
 	case uint64(len(l.ring)) == l.size:
 		l.ring[(e.seq-l.base)%l.size] = e
-	case l.ring == nil:
-		// A prompt has a few events at least: fewer regrowths.
-		l.ring = make([]heldEvent, 1, min(8, l.size))
-		l.ring[0] = e
+	case len(l.ring) == cap(l.ring):
+		// Full below size (or none yet: a prompt has a few events at
+		// least): the next array of ringBufs, the events moved over and
+		// the old array given back.
+		grown, box := takeRing(min(max(2*uint64(cap(l.ring)), ringMin), l.size))
+		grown = append(grown, l.ring...)
+		giveRing(l.ring, l.ringBox)
+		l.ring, l.ringBox = append(grown, e), box
 	default:
 		l.ring = append(l.ring, e)
 	}
 	l.next = e.seq + 1
+}
+
+// ringBufs are the logs' ring arrays, by size class (ringMin, twice that,
+// …): a log that lets its copy of its events go (release) gives its array
+// back, cleared, and a log takes its arrays from here as its events come,
+// so that a session prompted now and then does not allocate its log anew
+// each prompt (about twice its events' size, growing from ringMin).
+var ringBufs [ringClasses]sync.Pool
+
+const (
+	ringMin     = 8
+	ringClasses = 14 // up to 64Ki events; a larger log's array is its own
+)
+
+// ringClass is the class of an array of capacity n: -1 unless n is one of
+// the classes' sizes.
+func ringClass(n uint64) int {
+	for c, size := 0, uint64(ringMin); c < ringClasses; c, size = c+1, size*2 {
+		if n == size {
+			return c
+		}
+	}
+	return -1
+}
+
+// takeRing is an empty array for at least n events: a class's, from its
+// pool or new, or (beyond the classes) one of exactly n. box is what held
+// it in the pool (nil for a new array), for giveRing to put it back in.
+func takeRing(n uint64) (_ []heldEvent, box *[]heldEvent) {
+	c, size := 0, uint64(ringMin)
+	for ; c < ringClasses && size < n; c, size = c+1, size*2 {
+	}
+	if c == ringClasses {
+		return make([]heldEvent, 0, n), nil
+	}
+	if p, ok := ringBufs[c].Get().(*[]heldEvent); ok {
+		return (*p)[:0], p
+	}
+	return make([]heldEvent, 0, size), nil
+}
+
+// giveRing clears r (it holds no event's strings for the garbage collector
+// to keep) and gives it back to its class's pool in box (a new one when
+// nil); an array of no class is left to the collector.
+func giveRing(r []heldEvent, box *[]heldEvent) {
+	c := ringClass(uint64(cap(r)))
+	if c < 0 {
+		return
+	}
+	r = r[:cap(r)]
+	clear(r)
+	if box == nil {
+		box = new([]heldEvent)
+	}
+	*box = r[:0]
+	ringBufs[c].Put(box)
 }
 
 func (l *eventLog) wakeLocked() {
@@ -300,7 +361,8 @@ func (l *eventLog) release() bool {
 	if !l.gated || l.closed || l.fenced || l.subs > 0 || len(l.ring) == 0 || l.durable < l.next-1 {
 		return false
 	}
-	l.ring, l.base, l.waiting = nil, l.next, nil
+	giveRing(l.ring, l.ringBox)
+	l.ring, l.ringBox, l.base, l.waiting = nil, nil, l.next, nil
 	return true
 }
 

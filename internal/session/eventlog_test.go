@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 func TestEventLogOrderAndResume(t *testing.T) {
@@ -259,4 +261,33 @@ func TestEventLogReadsWhatCameBeforeItsContextEnded(t *testing.T) {
 	if _, err := sub.NextRef(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("NextRef on an ended context with nothing to read = %v, want context.Canceled", err)
 	}
+}
+
+// A log whose copy of its events was let go (release) takes its arrays
+// back from ringBufs as its next prompt's events come: a session prompted
+// now and then allocates nothing for its log, prompt after prompt.
+func TestEventLogReusesReleasedRings(t *testing.T) {
+	l := newEventLog("s", DefaultEventBuffer, time.Now, nil)
+	l.gated = true
+	prompt := func() {
+		for range 100 {
+			e, _ := l.publish(Event{Type: EventMessageUpdate, TextDelta: "word"})
+			l.stored(e.Seq)
+		}
+		if !l.release() {
+			t.Fatal("the log did not let its events go")
+		}
+	}
+	for range 3 {
+		prompt()
+	}
+	if n := testing.AllocsPerRun(50, prompt); n > 0 && !testkit.Race {
+		t.Errorf("%.1f allocations a prompt of 100 events after a release, want 0", n)
+	}
+	// What it gave back holds no event.
+	r, box := takeRing(ringMin)
+	if r = r[:cap(r)]; box != nil && r[0] != (heldEvent{}) {
+		t.Errorf("a ring taken back holds %+v", r[0])
+	}
+	giveRing(r[:0], box)
 }
