@@ -81,9 +81,10 @@ func plain8(s string, i int) bool {
 	w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
 		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs } // some byte of v is 0
-	bad := w&highs | // not ASCII
-		(w-0x20*ones)&^w&highs | // below 0x20
+	// zero: some byte of v is 0. Flagged: a byte not ASCII, one below 0x20,
+	// or one of " \ < > &.
+	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
+	bad := w&highs | (w-0x20*ones)&^w&highs |
 		zero(w^('"'*ones)) | zero(w^('\\'*ones)) | zero(w^('<'*ones)) | zero(w^('>'*ones)) | zero(w^('&'*ones))
 	return bad == 0
 }
