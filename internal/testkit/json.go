@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"testing"
 )
 
 // JSONTokens lists the JSON tokens of data as text ("!" and the error when
@@ -23,5 +24,26 @@ func JSONTokens(data []byte) []string {
 			return append(out, "!"+err.Error())
 		}
 		out = append(out, fmt.Sprintf("%T:%v", tok, tok))
+	}
+}
+
+// SameAsMarshal fails t unless encode writes json.Marshal's bytes of v, or
+// refuses v with json.Marshal's error; direct reports whether the encoder
+// wrote v itself, which it must not do for a v json.Marshal refuses (a
+// hand-written encoder's fallback is json.Marshal).
+func SameAsMarshal[T any](t testing.TB, name string, v *T, encode func(*T) ([]byte, error), direct func(*T) bool) {
+	t.Helper()
+	want, wantErr := json.Marshal(v)
+	got, err := encode(v)
+	switch {
+	case (err != nil) != (wantErr != nil):
+		t.Errorf("%s: error %v, json.Marshal's %v", name, err, wantErr)
+	case err != nil && err.Error() != wantErr.Error():
+		t.Errorf("%s: error %q, json.Marshal's %q", name, err, wantErr)
+	case !bytes.Equal(got, want):
+		t.Errorf("%s:\n got %s\nwant %s", name, got, want)
+	}
+	if wantErr != nil && direct(v) {
+		t.Errorf("%s: written without json.Marshal, which refuses it: %v", name, wantErr)
 	}
 }

@@ -121,10 +121,7 @@ func appendRequest(b []byte, body *messagesRequest) ([]byte, bool) {
 			}
 			b = append(b, `{"name":`...)
 			b = wire.AppendString(b, t.Name)
-			if t.Description != "" {
-				b = append(b, `,"description":`...)
-				b = wire.AppendString(b, t.Description)
-			}
+			b = wire.AppendStringField(b, "description", t.Description)
 			b = append(b, `,"input_schema":`...)
 			var ok bool
 			if b, ok = wire.AppendRaw(b, t.InputSchema); !ok {
@@ -136,28 +133,13 @@ func appendRequest(b []byte, body *messagesRequest) ([]byte, bool) {
 		b = append(b, ']')
 	}
 	var ok bool
-	if body.Temperature != nil {
-		b = append(b, `,"temperature":`...)
-		if b, ok = wire.AppendFloat(b, *body.Temperature); !ok {
-			return b, false
-		}
+	if b, ok = wire.AppendFloatField(b, "temperature", body.Temperature); !ok {
+		return b, false
 	}
-	if body.TopP != nil {
-		b = append(b, `,"top_p":`...)
-		if b, ok = wire.AppendFloat(b, *body.TopP); !ok {
-			return b, false
-		}
+	if b, ok = wire.AppendFloatField(b, "top_p", body.TopP); !ok {
+		return b, false
 	}
-	if len(body.StopSequences) > 0 {
-		b = append(b, `,"stop_sequences":[`...)
-		for i, s := range body.StopSequences {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = wire.AppendString(b, s)
-		}
-		b = append(b, ']')
-	}
+	b = wire.AppendStringsField(b, "stop_sequences", body.StopSequences)
 	if t := body.Thinking; t != nil {
 		b = append(b, `,"thinking":{"type":`...)
 		b = wire.AppendString(b, t.Type)
@@ -193,10 +175,7 @@ func appendBlocks(b []byte, blocks []wireBlock) ([]byte, bool) {
 func appendBlock(b []byte, k *wireBlock) ([]byte, bool) {
 	b = append(b, `{"type":`...)
 	b = wire.AppendString(b, k.Type)
-	if k.Text != "" {
-		b = append(b, `,"text":`...)
-		b = wire.AppendString(b, k.Text)
-	}
+	b = wire.AppendStringField(b, "text", k.Text)
 	if k.Thinking != nil {
 		b = append(b, `,"thinking":`...)
 		b = wire.AppendString(b, *k.Thinking)
@@ -205,18 +184,9 @@ func appendBlock(b []byte, k *wireBlock) ([]byte, bool) {
 		b = append(b, `,"signature":`...)
 		b = wire.AppendString(b, *k.Signature)
 	}
-	if k.Data != "" {
-		b = append(b, `,"data":`...)
-		b = wire.AppendString(b, k.Data)
-	}
-	if k.ID != "" {
-		b = append(b, `,"id":`...)
-		b = wire.AppendString(b, k.ID)
-	}
-	if k.Name != "" {
-		b = append(b, `,"name":`...)
-		b = wire.AppendString(b, k.Name)
-	}
+	b = wire.AppendStringField(b, "data", k.Data)
+	b = wire.AppendStringField(b, "id", k.ID)
+	b = wire.AppendStringField(b, "name", k.Name)
 	if len(k.Input) > 0 {
 		b = append(b, `,"input":`...)
 		var ok bool
@@ -224,14 +194,8 @@ func appendBlock(b []byte, k *wireBlock) ([]byte, bool) {
 			return b, false
 		}
 	}
-	if k.ToolUseID != "" {
-		b = append(b, `,"tool_use_id":`...)
-		b = wire.AppendString(b, k.ToolUseID)
-	}
-	if k.Content != "" {
-		b = append(b, `,"content":`...)
-		b = wire.AppendString(b, k.Content)
-	}
+	b = wire.AppendStringField(b, "tool_use_id", k.ToolUseID)
+	b = wire.AppendStringField(b, "content", k.Content)
 	if k.IsError {
 		b = append(b, `,"is_error":true`...)
 	}

@@ -1,7 +1,6 @@
 package anthropic
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,19 +15,10 @@ import (
 // (or both refuse body).
 func sameAsMarshal(t *testing.T, name string, body *messagesRequest) {
 	t.Helper()
-	want, wantErr := json.Marshal(body)
-	got, err := encodeRequest(body)
-	switch {
-	case (err != nil) != (wantErr != nil):
-		t.Errorf("%s: error %v, json.Marshal's %v", name, err, wantErr)
-	case err != nil && err.Error() != wantErr.Error():
-		t.Errorf("%s: error %q, json.Marshal's %q", name, err, wantErr)
-	case !bytes.Equal(got, want):
-		t.Errorf("%s:\n got %s\nwant %s", name, got, want)
-	}
-	if _, direct := appendRequest(nil, body); direct && wantErr != nil {
-		t.Errorf("%s: written without json.Marshal, which refuses it: %v", name, wantErr)
-	}
+	testkit.SameAsMarshal(t, name, body, encodeRequest, func(b *messagesRequest) bool {
+		_, direct := appendRequest(nil, b)
+		return direct
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -83,10 +83,7 @@ func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 			b = wire.AppendString(b, t.Type)
 			b = append(b, `,"function":{"name":`...)
 			b = wire.AppendString(b, t.Function.Name)
-			if t.Function.Description != "" {
-				b = append(b, `,"description":`...)
-				b = wire.AppendString(b, t.Function.Description)
-			}
+			b = wire.AppendStringField(b, "description", t.Function.Description)
 			b = append(b, `,"parameters":`...)
 			if b, ok = wire.AppendRaw(b, t.Function.Parameters); !ok {
 				return b, false
@@ -99,32 +96,14 @@ func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 		b = append(b, `,"max_completion_tokens":`...)
 		b = strconv.AppendInt(b, int64(body.MaxCompletionTokens), 10)
 	}
-	if body.Temperature != nil {
-		b = append(b, `,"temperature":`...)
-		if b, ok = wire.AppendFloat(b, *body.Temperature); !ok {
-			return b, false
-		}
+	if b, ok = wire.AppendFloatField(b, "temperature", body.Temperature); !ok {
+		return b, false
 	}
-	if body.TopP != nil {
-		b = append(b, `,"top_p":`...)
-		if b, ok = wire.AppendFloat(b, *body.TopP); !ok {
-			return b, false
-		}
+	if b, ok = wire.AppendFloatField(b, "top_p", body.TopP); !ok {
+		return b, false
 	}
-	if len(body.Stop) > 0 {
-		b = append(b, `,"stop":[`...)
-		for i, s := range body.Stop {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = wire.AppendString(b, s)
-		}
-		b = append(b, ']')
-	}
-	if body.ReasoningEffort != "" {
-		b = append(b, `,"reasoning_effort":`...)
-		b = wire.AppendString(b, body.ReasoningEffort)
-	}
+	b = wire.AppendStringsField(b, "stop", body.Stop)
+	b = wire.AppendStringField(b, "reasoning_effort", body.ReasoningEffort)
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, body.Stream)
 	if o := body.StreamOptions; o != nil {
@@ -132,10 +111,7 @@ func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 		b = strconv.AppendBool(b, o.IncludeUsage)
 		b = append(b, '}')
 	}
-	if body.PromptCacheKey != "" {
-		b = append(b, `,"prompt_cache_key":`...)
-		b = wire.AppendString(b, body.PromptCacheKey)
-	}
+	b = wire.AppendStringField(b, "prompt_cache_key", body.PromptCacheKey)
 	return append(b, '}'), true
 }
 
@@ -172,9 +148,150 @@ func appendChatMessage(b []byte, m *chatMessage) ([]byte, bool) {
 		}
 		b = append(b, ']')
 	}
-	if m.ToolCallID != "" {
-		b = append(b, `,"tool_call_id":`...)
-		b = wire.AppendString(b, m.ToolCallID)
+	return append(wire.AppendStringField(b, "tool_call_id", m.ToolCallID), '}'), true
+}
+
+// encodeResponses is encodeChat for a Responses body: json.Marshal(body),
+// byte for byte (TestEncodeResponsesIsMarshal, FuzzEncodeResponses), into
+// one buffer at about its size (responsesSize), or json.Marshal's when it
+// holds what the encoder does not write itself.
+func encodeResponses(body *responsesRequest) ([]byte, error) {
+	b, ok := appendResponses(make([]byte, 0, responsesSize(body)), body)
+	if !ok {
+		return json.Marshal(body)
 	}
+	return b, nil
+}
+
+// responsesSize is chatSize for a Responses body.
+func responsesSize(body *responsesRequest) int {
+	n := 256 + len(body.Model) + len(body.Instructions) + len(body.PreviousResponseID) + len(body.PromptCacheKey)
+	for i := range body.Input {
+		it := &body.Input[i]
+		n += 96 + len(it.Type) + len(it.ID) + len(it.EncryptedContent) + len(it.Role) + len(it.Content) +
+			len(it.CallID) + len(it.Name) + len(it.Arguments)
+		if it.Output != nil {
+			n += len(*it.Output)
+		}
+		if it.Summary != nil {
+			for _, p := range *it.Summary {
+				n += 32 + len(p.Type) + len(p.Text)
+			}
+		}
+	}
+	for i := range body.Tools {
+		t := &body.Tools[i]
+		n += 80 + len(t.Type) + len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	for _, s := range body.Include {
+		n += 4 + len(s)
+	}
+	return n
+}
+
+// appendResponses appends body's JSON to b, its fields in
+// responsesRequest's order, the empty ones left out as its omitempty tags
+// say; false: json.Marshal's to write.
+func appendResponses(b []byte, body *responsesRequest) ([]byte, bool) {
+	var ok bool
+	b = append(b, `{"model":`...)
+	b = wire.AppendString(b, body.Model)
+	b = wire.AppendStringField(b, "instructions", body.Instructions)
+	b = append(b, `,"input":`...)
+	if body.Input == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range body.Input {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendInputItem(b, &body.Input[i])
+		}
+		b = append(b, ']')
+	}
+	if len(body.Tools) > 0 {
+		b = append(b, `,"tools":[`...)
+		for i := range body.Tools {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			t := &body.Tools[i]
+			b = append(b, `{"type":`...)
+			b = wire.AppendString(b, t.Type)
+			b = append(b, `,"name":`...)
+			b = wire.AppendString(b, t.Name)
+			b = wire.AppendStringField(b, "description", t.Description)
+			b = append(b, `,"parameters":`...)
+			if b, ok = wire.AppendRaw(b, t.Parameters); !ok {
+				return b, false
+			}
+			b = append(b, `,"strict":`...)
+			b = strconv.AppendBool(b, t.Strict)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if body.MaxOutputTokens != 0 {
+		b = append(b, `,"max_output_tokens":`...)
+		b = strconv.AppendInt(b, int64(body.MaxOutputTokens), 10)
+	}
+	if b, ok = wire.AppendFloatField(b, "temperature", body.Temperature); !ok {
+		return b, false
+	}
+	if b, ok = wire.AppendFloatField(b, "top_p", body.TopP); !ok {
+		return b, false
+	}
+	if r := body.Reasoning; r != nil {
+		b = append(b, `,"reasoning":{"effort":`...)
+		b = wire.AppendString(b, r.Effort)
+		b = append(b, `,"summary":`...)
+		b = wire.AppendString(b, r.Summary)
+		b = append(b, '}')
+	}
+	b = wire.AppendStringsField(b, "include", body.Include)
+	b = wire.AppendStringField(b, "previous_response_id", body.PreviousResponseID)
+	b = append(b, `,"store":`...)
+	b = strconv.AppendBool(b, body.Store)
+	b = append(b, `,"stream":`...)
+	b = strconv.AppendBool(b, body.Stream)
+	b = wire.AppendStringField(b, "prompt_cache_key", body.PromptCacheKey)
 	return append(b, '}'), true
+}
+
+// appendInputItem appends one input item, its fields in inputItem's order.
+func appendInputItem(b []byte, it *inputItem) []byte {
+	b = append(b, `{"type":`...)
+	b = wire.AppendString(b, it.Type)
+	b = wire.AppendStringField(b, "id", it.ID)
+	if it.Summary != nil {
+		b = append(b, `,"summary":`...)
+		if parts := *it.Summary; parts == nil {
+			b = append(b, "null"...)
+		} else {
+			b = append(b, '[')
+			for i, p := range parts {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = append(b, `{"type":`...)
+				b = wire.AppendString(b, p.Type)
+				b = append(b, `,"text":`...)
+				b = wire.AppendString(b, p.Text)
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		}
+	}
+	b = wire.AppendStringField(b, "encrypted_content", it.EncryptedContent)
+	b = wire.AppendStringField(b, "role", it.Role)
+	b = wire.AppendStringField(b, "content", it.Content)
+	b = wire.AppendStringField(b, "call_id", it.CallID)
+	b = wire.AppendStringField(b, "name", it.Name)
+	b = wire.AppendStringField(b, "arguments", it.Arguments)
+	if it.Output != nil {
+		b = append(b, `,"output":`...)
+		b = wire.AppendString(b, *it.Output)
+	}
+	return append(b, '}')
 }

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,19 +15,10 @@ import (
 // both refuse body).
 func sameAsMarshal(t *testing.T, name string, body *chatRequest) {
 	t.Helper()
-	want, wantErr := json.Marshal(body)
-	got, err := encodeChat(body)
-	switch {
-	case (err != nil) != (wantErr != nil):
-		t.Errorf("%s: error %v, json.Marshal's %v", name, err, wantErr)
-	case err != nil && err.Error() != wantErr.Error():
-		t.Errorf("%s: error %q, json.Marshal's %q", name, err, wantErr)
-	case !bytes.Equal(got, want):
-		t.Errorf("%s:\n got %s\nwant %s", name, got, want)
-	}
-	if _, direct := appendChat(nil, body); direct && wantErr != nil {
-		t.Errorf("%s: written without json.Marshal, which refuses it: %v", name, wantErr)
-	}
+	testkit.SameAsMarshal(t, name, body, encodeChat, func(b *chatRequest) bool {
+		_, direct := appendChat(nil, b)
+		return direct
+	})
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -175,4 +165,163 @@ func BenchmarkEncodeChat(b *testing.B) {
 			})
 		}
 	}
+}
+
+// sameResponses is sameAsMarshal for encodeResponses.
+func sameResponses(t *testing.T, name string, body *responsesRequest) {
+	t.Helper()
+	testkit.SameAsMarshal(t, name, body, encodeResponses, func(b *responsesRequest) bool {
+		_, direct := appendResponses(nil, b)
+		return direct
+	})
+}
+
+// responsesOf is the body streamResponses sends for req, unchained.
+func responsesOf(req *provider.Request) *responsesRequest {
+	p := req.Params
+	body := &responsesRequest{Model: req.Model, Instructions: req.System, Input: []inputItem{},
+		MaxOutputTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Stream: true, PromptCacheKey: req.SessionID}
+	if p.Thinking != nil {
+		body.Reasoning = &reasoningParam{Effort: p.Thinking.Level(), Summary: "auto"}
+		body.Include = []string{includeEncryptedReasoning}
+	}
+	for _, t := range req.Tools {
+		body.Tools = append(body.Tools, responsesTool{Type: "function", Name: t.Name, Description: t.Description, Parameters: toolSchema(t)})
+	}
+	for _, m := range req.Messages {
+		body.Input = append(body.Input, items(m)...)
+	}
+	return body
+}
+
+func TestEncodeResponsesIsMarshal(t *testing.T) {
+	params := provider.Params{MaxTokens: 300, Thinking: &provider.Thinking{Effort: "high"}, Temperature: ptr(0.7), TopP: ptr(1e-7)}
+	whole := &provider.Request{Model: "gpt-x", System: odd, Params: params, SessionID: "s-1",
+		Tools: []provider.Tool{
+			{Name: "get", Description: "gets <things> & more", InputSchema: json.RawMessage(` { "type" : "object", "properties": {"q": {"type":"string","description":"a < b \u2028"}} } `)},
+			{Name: "bare"},
+		},
+		Messages: []provider.Message{
+			{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: odd}}},
+			{Role: provider.RoleAssistant, Content: []provider.Block{
+				{Type: provider.BlockThinking, Text: "summarised", ReasoningID: "rs_1", EncryptedContent: "enc<&>", Summary: []string{odd, "two"}},
+				{Type: provider.BlockThinking, ReasoningID: "rs_2", EncryptedContent: "enc", Summary: nil},
+				{Type: provider.BlockText, Text: "calling"},
+				{Type: provider.BlockToolCall, ToolCallID: "call_1", ToolName: "get", ToolInput: json.RawMessage(` {"q": "<x>"} `)},
+			}},
+			{Role: provider.RoleTool, Content: []provider.Block{
+				{Type: provider.BlockToolResult, ToolCallID: "call_1", Text: odd},
+				{Type: provider.BlockToolResult, ToolCallID: "call_2", Text: ""},
+			}},
+			{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "next"}}},
+		}}
+	for name, body := range map[string]*responsesRequest{
+		"one prompt": responsesOf(&provider.Request{Model: "gpt-x", Messages: []provider.Message{
+			{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "hello"}}}}}),
+		"a whole turn, reasoning and tools": responsesOf(whole),
+		"chained": func() *responsesRequest {
+			b := responsesOf(whole)
+			b.PreviousResponseID, b.Store, b.Input = "resp_<1>", true, b.Input[len(b.Input)-1:]
+			return b
+		}(),
+	} {
+		sameResponses(t, name, body)
+		if _, direct := appendResponses(nil, body); !direct {
+			t.Errorf("%s: left to json.Marshal", name)
+		}
+	}
+	// What streamResponses never builds but the encoder must still match.
+	var none []summaryPart
+	for name, body := range map[string]responsesRequest{
+		"nil input":                 {Model: "m"},
+		"a nil summary":             {Model: "m", Input: []inputItem{{Type: "reasoning", ID: "r", Summary: &none}}},
+		"an empty summary":          {Model: "m", Input: []inputItem{{Type: "reasoning", ID: "r", Summary: &[]summaryPart{}}}},
+		"an empty output":           {Model: "m", Input: []inputItem{{Type: "function_call_output", Output: ptr("")}}},
+		"NaN temperature":           {Model: "m", Temperature: ptr(math.NaN())},
+		"infinite top_p":            {Model: "m", TopP: ptr(math.Inf(1))},
+		"a schema that is not JSON": {Model: "m", Tools: []responsesTool{{Type: "function", Name: "t", Parameters: json.RawMessage(`{nope}`)}}},
+		"a nil schema, strict":      {Model: "m", Tools: []responsesTool{{Type: "function", Name: "t", Strict: true}}},
+		"an empty include":          {Model: "m", Include: []string{}},
+	} {
+		sameResponses(t, name, &body)
+	}
+}
+
+// FuzzEncodeResponses holds encodeResponses to json.Marshal's bytes. Run it
+// with
+//
+//	go test -run '^$' -fuzz '^FuzzEncodeResponses$' -fuzztime 5m ./internal/provider/openai/
+func FuzzEncodeResponses(f *testing.F) {
+	f.Add("hello", "system", `{"type":"object"}`, 0.5, 1024)
+	f.Add(odd, odd, ` [1, "<&>", {"a" : null}] `, 1e-7, 0)
+	f.Add("", "", `{`, math.Inf(1), -3)
+	f.Fuzz(func(t *testing.T, text, system, raw string, temp float64, maxTokens int) {
+		parts := []summaryPart{{Type: "summary_text", Text: text}}
+		body := responsesRequest{Model: text, Instructions: system, MaxOutputTokens: maxTokens, Temperature: &temp,
+			Reasoning: &reasoningParam{Effort: text, Summary: system}, Include: []string{system},
+			PreviousResponseID: text, Store: maxTokens%2 == 0, Stream: true, PromptCacheKey: system,
+			Input: []inputItem{
+				{Type: "message", Role: "user", Content: text},
+				{Type: "reasoning", ID: system, Summary: &parts, EncryptedContent: raw},
+				{Type: "function_call", CallID: system, Name: text, Arguments: raw},
+				{Type: "function_call_output", CallID: system, Output: &raw},
+			},
+			Tools: []responsesTool{{Type: "function", Name: text, Description: system, Parameters: json.RawMessage(raw), Strict: maxTokens%3 == 0}},
+		}
+		sameResponses(t, "fuzz", &body)
+	})
+}
+
+// longResponses is longChat's history as a Responses body.
+func longResponses(turns int) *responsesRequest {
+	req := &provider.Request{Model: "gpt-x", System: strings.Repeat("You are careful. ", 40), SessionID: "s-1"}
+	for i := range turns {
+		id := fmt.Sprintf("call_%d", i)
+		req.Messages = append(req.Messages,
+			provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: strings.Repeat("a question ", 50+i)}}},
+			provider.Message{Role: provider.RoleAssistant, Content: []provider.Block{
+				{Type: provider.BlockText, Text: strings.Repeat("an answer ", 150)},
+				{Type: provider.BlockToolCall, ToolCallID: id, ToolName: "get", ToolInput: json.RawMessage(`{"q":"x"}`)}}},
+			provider.Message{Role: provider.RoleTool, Content: []provider.Block{{Type: provider.BlockToolResult, ToolCallID: id, Text: strings.Repeat("a result ", 80)}}})
+	}
+	return responsesOf(req)
+}
+
+// A Responses body's buffer is taken once, at about its size.
+func TestEncodeResponsesTakesItsBufferOnce(t *testing.T) {
+	for _, turns := range []int{0, 1, 10, 60} {
+		body := longResponses(turns)
+		b, err := encodeResponses(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameResponses(t, fmt.Sprintf("%d turns", turns), body)
+		if est := responsesSize(body); cap(b) != est {
+			t.Errorf("%d turns: the buffer grew from %d bytes to %d for %d", turns, est, cap(b), len(b))
+		}
+		if n := testing.AllocsPerRun(20, func() { _, _ = encodeResponses(body) }); n != 1 {
+			t.Errorf("%d turns (%d bytes): %.0f allocations, want 1", turns, len(b), n)
+		}
+		if c := cap(b); c > len(b)*5/4+256 {
+			t.Errorf("%d turns: a buffer of %d bytes for %d", turns, c, len(b))
+		}
+	}
+}
+
+// BenchmarkEncodeResponses: the encoder against json.Marshal of the same
+// body.
+func BenchmarkEncodeResponses(b *testing.B) {
+	body := longResponses(20)
+	b.Run("encodeResponses", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = encodeResponses(body)
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = json.Marshal(body)
+		}
+	})
 }

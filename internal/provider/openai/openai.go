@@ -243,9 +243,12 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 func (c *Client) newRequest(req *provider.Request, body any) (*http.Request, error) {
 	var b []byte
 	var err error
-	if chat, ok := body.(*chatRequest); ok {
-		b, err = encodeChat(chat)
-	} else {
+	switch body := body.(type) {
+	case *chatRequest:
+		b, err = encodeChat(body)
+	case *responsesRequest:
+		b, err = encodeResponses(body)
+	default:
 		b, err = json.Marshal(body)
 	}
 	if err != nil {

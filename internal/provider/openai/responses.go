@@ -190,7 +190,7 @@ func (c *Client) streamResponses(ctx context.Context, req *provider.Request, a *
 	for _, its := range perMessage[start:] {
 		body.Input = append(body.Input, its...)
 	}
-	hreq, err := c.newRequest(req, body)
+	hreq, err := c.newRequest(req, &body)
 	if err != nil {
 		return a.Fail("openai: "+err.Error(), "", nil)
 	}

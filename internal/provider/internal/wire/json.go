@@ -147,3 +147,39 @@ func AppendString(b []byte, s string) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// AppendStringField appends ,"key":s unless s is empty (an omitempty
+// string field after the first). key is written as it is.
+func AppendStringField(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = append(append(append(b, `,"`...), key...), `":`...)
+	return AppendString(b, s)
+}
+
+// AppendStringsField appends ,"key":[…] unless ss is empty (an omitempty
+// list of strings).
+func AppendStringsField(b []byte, key string, ss []string) []byte {
+	if len(ss) == 0 {
+		return b
+	}
+	b = append(append(append(b, `,"`...), key...), `":[`...)
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendString(b, s)
+	}
+	return append(b, ']')
+}
+
+// AppendFloatField appends ,"key":f unless f is nil (an omitempty
+// *float64); false for a float JSON cannot hold, as AppendFloat.
+func AppendFloatField(b []byte, key string, f *float64) ([]byte, bool) {
+	if f == nil {
+		return b, true
+	}
+	b = append(append(append(b, `,"`...), key...), `":`...)
+	return AppendFloat(b, *f)
+}
