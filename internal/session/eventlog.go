@@ -234,7 +234,9 @@ func takeRing(n uint64) (_ []heldEvent, box *[]heldEvent) {
 		return make([]heldEvent, 0, n), nil
 	}
 	if p, ok := ringBufs[c].Get().(*[]heldEvent); ok {
-		return (*p)[:0], p
+		r := (*p)[:0]
+		*p = nil // the box holds nothing while the log has the array
+		return r, p
 	}
 	return make([]heldEvent, 0, size), nil
 }

@@ -47,3 +47,8 @@ func SameAsMarshal[T any](t testing.TB, name string, v *T, encode func(*T) ([]by
 		t.Errorf("%s: written without json.Marshal, which refuses it: %v", name, wantErr)
 	}
 }
+
+// Odd is a string with everything json.Marshal escapes or replaces: quotes,
+// backslashes, HTML's <, > and &, control characters, U+2028 and U+2029,
+// and invalid UTF-8, among plain and multi-byte text.
+const Odd = "q\"b\\s/ <a&b> \b\f\n\r\t \x00\x01\x1f\x7f é 世界 😀 \u2028\u2029 bad:\xff\xfe\xc3 end"

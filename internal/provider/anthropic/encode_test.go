@@ -24,7 +24,7 @@ func sameAsMarshal(t *testing.T, name string, body *messagesRequest) {
 func ptr[T any](v T) *T { return &v }
 
 // odd is a string with everything json.Marshal escapes or replaces.
-const odd = "q\"b\\s/ <a&b> \b\f\n\r\t \x00\x01\x1f\x7f é 世界 😀 \u2028\u2029 bad:\xff\xfe\xc3 end"
+const odd = testkit.Odd
 
 func TestEncodeRequestIsMarshal(t *testing.T) {
 	client := New(Options{MaxTokens: 1024})

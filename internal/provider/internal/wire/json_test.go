@@ -6,10 +6,12 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/agentd/agentd/internal/testkit"
 )
 
-// odd holds everything json.Marshal escapes or replaces in a string.
-const odd = "q\"b\\s/ <a&b> \b\f\n\r\t \x00\x01\x1f\x7f é 世界 😀 \u2028\u2029 bad:\xff\xfe\xc3 end"
+// odd is a string with everything json.Marshal escapes or replaces.
+const odd = testkit.Odd
 
 func sameString(t *testing.T, s string) {
 	t.Helper()
