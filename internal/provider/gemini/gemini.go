@@ -149,7 +149,8 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 	}
 	a := wire.NewAcc(req.Model, secret, onDelta)
 	a.Answered = req.Answered
-	body, err := json.Marshal(requestBody(req))
+	rb := requestBody(req)
+	body, err := encodeRequest(&rb)
 	if err != nil {
 		return a.Fail("gemini: encoding the request: "+err.Error(), "", nil)
 	}
