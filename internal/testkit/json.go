@@ -52,3 +52,24 @@ func SameAsMarshal[T any](t testing.TB, name string, v *T, encode func(*T) ([]by
 // backslashes, HTML's <, > and &, control characters, U+2028 and U+2029,
 // and invalid UTF-8, among plain and multi-byte text.
 const Odd = "q\"b\\s/ <a&b> \b\f\n\r\t \x00\x01\x1f\x7f é 世界 😀 \u2028\u2029 bad:\xff\xfe\xc3 end"
+
+// EncodesInOneBuffer fails t unless encode writes v into one buffer taken
+// at size(v) and never regrown, not more than a quarter (and 256 bytes)
+// above what it holds: one allocation, bar -race, whose sync.Pool drops
+// encoding/json's scanners at random.
+func EncodesInOneBuffer[T any](t testing.TB, name string, v *T, encode func(*T) ([]byte, error), size func(*T) int) {
+	t.Helper()
+	b, err := encode(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if est := size(v); cap(b) != est {
+		t.Errorf("%s: the buffer grew from %d bytes to %d for %d", name, est, cap(b), len(b))
+	}
+	if c := cap(b); c > len(b)*5/4+256 {
+		t.Errorf("%s: a buffer of %d bytes for %d", name, c, len(b))
+	}
+	if n := testing.AllocsPerRun(20, func() { _, _ = encode(v) }); n != 1 && !Race {
+		t.Errorf("%s (%d bytes): %.0f allocations, want 1", name, len(b), n)
+	}
+}

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/testkit"
 )
 
@@ -103,22 +103,9 @@ func FuzzEncodeRequest(f *testing.F) {
 	})
 }
 
-// longHistory is a request an agent loop sends many turns in: the
-// history, tools and a system prompt, every text plain.
+// longHistory is providertest.AgentHistory's Messages body.
 func longHistory(turns int) *messagesRequest {
-	req := &provider.Request{Model: "claude-x", System: strings.Repeat("You are careful. ", 40),
-		Tools: []provider.Tool{{Name: "get", Description: "gets a page", InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)}}}
-	for i := range turns {
-		req.Messages = append(req.Messages,
-			provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: strings.Repeat("a question ", 50+i)}}},
-			provider.Message{Role: provider.RoleAssistant, Content: []provider.Block{
-				{Type: provider.BlockThinking, Text: strings.Repeat("thinking it over ", 20), Signature: "c2lnbmF0dXJl"},
-				{Type: provider.BlockText, Text: strings.Repeat("an answer ", 150)},
-				{Type: provider.BlockToolCall, ToolCallID: fmt.Sprintf("tu_%d", i), ToolName: "get", ToolInput: json.RawMessage(`{"q":"x"}`)},
-			}},
-			provider.Message{Role: provider.RoleTool, Content: []provider.Block{{Type: provider.BlockToolResult, ToolCallID: fmt.Sprintf("tu_%d", i), Text: strings.Repeat("a result ", 80)}}})
-	}
-	body := New(Options{MaxTokens: 1024}).requestBody(req)
+	body := New(Options{MaxTokens: 1024}).requestBody(providertest.AgentHistory("claude-x", turns))
 	return &body
 }
 
@@ -126,23 +113,9 @@ func longHistory(turns int) *messagesRequest {
 // neither copied as its buffer doubles nor given twice the room it needs.
 func TestEncodeRequestTakesItsBufferOnce(t *testing.T) {
 	for _, turns := range []int{0, 1, 10, 60} {
-		body := longHistory(turns)
-		b, err := encodeRequest(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameAsMarshal(t, fmt.Sprintf("%d turns", turns), body)
-		// Taken at its estimate, never regrown: one allocation (more under
-		// -race, whose sync.Pool drops encoding/json's scanners at random).
-		if est := requestSize(body); cap(b) != est {
-			t.Errorf("%d turns: the buffer grew from %d bytes to %d for %d", turns, est, cap(b), len(b))
-		}
-		if n := testing.AllocsPerRun(20, func() { _, _ = encodeRequest(body) }); n != 1 && !testkit.Race {
-			t.Errorf("%d turns (%d bytes): %.0f allocations, want 1", turns, len(b), n)
-		}
-		if c := cap(b); c > len(b)*5/4+256 {
-			t.Errorf("%d turns: a buffer of %d bytes for %d", turns, c, len(b))
-		}
+		body, name := longHistory(turns), fmt.Sprintf("%d turns", turns)
+		sameAsMarshal(t, name, body)
+		testkit.EncodesInOneBuffer(t, name, body, encodeRequest, requestSize)
 	}
 }
 

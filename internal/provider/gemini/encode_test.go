@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/testkit"
 )
 
@@ -101,37 +101,18 @@ func FuzzEncodeRequest(f *testing.F) {
 	})
 }
 
-// longHistory is a request an agent loop sends many turns in.
+// longHistory is providertest.AgentHistory's generateContent body.
 func longHistory(turns int) *generateRequest {
-	req := &provider.Request{Model: "gemini-x", System: strings.Repeat("You are careful. ", 40)}
-	for i := range turns {
-		id := fmt.Sprintf("call_%d", i)
-		req.Messages = append(req.Messages,
-			provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: strings.Repeat("a question ", 50+i)}}},
-			provider.Message{Role: provider.RoleAssistant, Content: []provider.Block{
-				{Type: provider.BlockText, Text: strings.Repeat("an answer ", 150)},
-				{Type: provider.BlockToolCall, ToolCallID: id, ToolName: "get", ToolInput: json.RawMessage(`{"q":"x"}`)}}},
-			provider.Message{Role: provider.RoleTool, Content: []provider.Block{{Type: provider.BlockToolResult, ToolCallID: id, Text: strings.Repeat("a result ", 80)}}})
-	}
-	body := requestBody(req)
+	body := requestBody(providertest.AgentHistory("gemini-x", turns))
 	return &body
 }
 
 // The body's buffer is taken once, at about its size.
 func TestEncodeRequestTakesItsBufferOnce(t *testing.T) {
 	for _, turns := range []int{0, 1, 10, 60} {
-		body := longHistory(turns)
-		b, err := encodeRequest(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameAsMarshal(t, fmt.Sprintf("%d turns", turns), body)
-		if est := requestSize(body); cap(b) != est {
-			t.Errorf("%d turns: the buffer grew from %d bytes to %d for %d", turns, est, cap(b), len(b))
-		}
-		if c := cap(b); c > len(b)*5/4+256 {
-			t.Errorf("%d turns: a buffer of %d bytes for %d", turns, c, len(b))
-		}
+		body, name := longHistory(turns), fmt.Sprintf("%d turns", turns)
+		sameAsMarshal(t, name, body)
+		testkit.EncodesInOneBuffer(t, name, body, encodeRequest, requestSize)
 	}
 }
 

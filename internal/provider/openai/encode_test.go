@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/testkit"
 )
 
@@ -104,21 +104,9 @@ func FuzzEncodeChat(f *testing.F) {
 	})
 }
 
-// longChat is a request an agent loop sends many turns in: the history,
-// a tool and a system prompt, every text plain.
+// longChat is providertest.AgentHistory's Chat Completions body.
 func longChat(turns int) *chatRequest {
-	req := &provider.Request{Model: "gpt-x", System: strings.Repeat("You are careful. ", 40), SessionID: "s-1",
-		Tools: []provider.Tool{{Name: "get", Description: "gets a page", InputSchema: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"}}}`)}}}
-	for i := range turns {
-		id := fmt.Sprintf("call_%d", i)
-		req.Messages = append(req.Messages,
-			provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: strings.Repeat("a question ", 50+i)}}},
-			provider.Message{Role: provider.RoleAssistant, Content: []provider.Block{
-				{Type: provider.BlockText, Text: strings.Repeat("an answer ", 150)},
-				{Type: provider.BlockToolCall, ToolCallID: id, ToolName: "get", ToolInput: json.RawMessage(`{"q":"x"}`)},
-			}},
-			provider.Message{Role: provider.RoleTool, Content: []provider.Block{{Type: provider.BlockToolResult, ToolCallID: id, Text: strings.Repeat("a result ", 80)}}})
-	}
+	req := providertest.AgentHistory("gpt-x", turns)
 	body := chatBody(req, false)
 	body.PromptCacheKey = req.SessionID
 	return &body
@@ -127,23 +115,9 @@ func longChat(turns int) *chatRequest {
 // The body's buffer is taken once, at about its size.
 func TestEncodeChatTakesItsBufferOnce(t *testing.T) {
 	for _, turns := range []int{0, 1, 10, 60} {
-		body := longChat(turns)
-		b, err := encodeChat(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameAsMarshal(t, fmt.Sprintf("%d turns", turns), body)
-		// Taken at its estimate, never regrown: one allocation (more under
-		// -race, whose sync.Pool drops encoding/json's scanners at random).
-		if est := chatSize(body); cap(b) != est {
-			t.Errorf("%d turns: the buffer grew from %d bytes to %d for %d", turns, est, cap(b), len(b))
-		}
-		if n := testing.AllocsPerRun(20, func() { _, _ = encodeChat(body) }); n != 1 && !testkit.Race {
-			t.Errorf("%d turns (%d bytes): %.0f allocations, want 1", turns, len(b), n)
-		}
-		if c := cap(b); c > len(b)*5/4+256 {
-			t.Errorf("%d turns: a buffer of %d bytes for %d", turns, c, len(b))
-		}
+		body, name := longChat(turns), fmt.Sprintf("%d turns", turns)
+		sameAsMarshal(t, name, body)
+		testkit.EncodesInOneBuffer(t, name, body, encodeChat, chatSize)
 	}
 }
 
@@ -272,39 +246,17 @@ func FuzzEncodeResponses(f *testing.F) {
 	})
 }
 
-// longResponses is longChat's history as a Responses body.
+// longResponses is providertest.AgentHistory's Responses body.
 func longResponses(turns int) *responsesRequest {
-	req := &provider.Request{Model: "gpt-x", System: strings.Repeat("You are careful. ", 40), SessionID: "s-1"}
-	for i := range turns {
-		id := fmt.Sprintf("call_%d", i)
-		req.Messages = append(req.Messages,
-			provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: strings.Repeat("a question ", 50+i)}}},
-			provider.Message{Role: provider.RoleAssistant, Content: []provider.Block{
-				{Type: provider.BlockText, Text: strings.Repeat("an answer ", 150)},
-				{Type: provider.BlockToolCall, ToolCallID: id, ToolName: "get", ToolInput: json.RawMessage(`{"q":"x"}`)}}},
-			provider.Message{Role: provider.RoleTool, Content: []provider.Block{{Type: provider.BlockToolResult, ToolCallID: id, Text: strings.Repeat("a result ", 80)}}})
-	}
-	return responsesOf(req)
+	return responsesOf(providertest.AgentHistory("gpt-x", turns))
 }
 
 // A Responses body's buffer is taken once, at about its size.
 func TestEncodeResponsesTakesItsBufferOnce(t *testing.T) {
 	for _, turns := range []int{0, 1, 10, 60} {
-		body := longResponses(turns)
-		b, err := encodeResponses(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameResponses(t, fmt.Sprintf("%d turns", turns), body)
-		if est := responsesSize(body); cap(b) != est {
-			t.Errorf("%d turns: the buffer grew from %d bytes to %d for %d", turns, est, cap(b), len(b))
-		}
-		if n := testing.AllocsPerRun(20, func() { _, _ = encodeResponses(body) }); n != 1 {
-			t.Errorf("%d turns (%d bytes): %.0f allocations, want 1", turns, len(b), n)
-		}
-		if c := cap(b); c > len(b)*5/4+256 {
-			t.Errorf("%d turns: a buffer of %d bytes for %d", turns, c, len(b))
-		}
+		body, name := longResponses(turns), fmt.Sprintf("%d turns", turns)
+		sameResponses(t, name, body)
+		testkit.EncodesInOneBuffer(t, name, body, encodeResponses, responsesSize)
 	}
 }
 
