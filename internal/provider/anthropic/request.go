@@ -237,12 +237,9 @@ func rank(b wireBlock) int {
 // wireBlocks maps a message's blocks for a turn of role; blocks that do not
 // belong in such a turn are dropped.
 func wireBlocks(role string, content []provider.Block) []wireBlock {
-	var out []wireBlock
+	// At most one block a block: one allocation a message.
+	out := make([]wireBlock, 0, len(content))
 	for _, b := range content {
-		if out == nil {
-			// At most one block a block: one allocation a message.
-			out = make([]wireBlock, 0, len(content))
-		}
 		switch b.Type {
 		case provider.BlockText:
 			if b.Text != "" {
