@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
@@ -63,4 +64,47 @@ func TestAllocationsPerPromptAndChunk(t *testing.T) {
 	if perChunk > maxPerChunk {
 		t.Errorf("%.1f allocations a chunk, want at most %.1f", perChunk, maxPerChunk)
 	}
+}
+
+// BenchmarkPromptChunk is the in-process cost of one relayed chunk: a
+// prompt of 210 simulated chunks less one of 10, each on a session of its
+// own, read to its end by one reader (ns/chunk). Run, for example:
+//
+//	go test -run '^$' -bench PromptChunk -count 6 ./internal/session/
+func BenchmarkPromptChunk(b *testing.B) {
+	m := newManager(b, retry.DefaultSettings(), 0.5)
+	ctx := context.Background()
+	prompt := func(tokens int) time.Duration {
+		s, err := m.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		_, sub, err := s.Prompt(ctx, fmt.Sprintf("hi [[tokens: %d]]", tokens))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			e, err := sub.NextRef(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if e.Type == session.EventPromptEnd {
+				break
+			}
+		}
+		d := time.Since(start)
+		sub.Close()
+		if err := m.Delete(ctx, "t", s.ID()); err != nil {
+			b.Fatal(err)
+		}
+		return d
+	}
+	var short, long time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		short += prompt(10)
+		long += prompt(210)
+	}
+	b.ReportMetric(float64((long-short).Nanoseconds())/float64(b.N)/200, "ns/chunk")
 }

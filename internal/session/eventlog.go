@@ -127,6 +127,24 @@ func (l *eventLog) publish(e Event) (Event, heldEvent) {
 	return e, h
 }
 
+// publishHeld is publish of the event h holds in its own fields (a delta:
+// h.full nil), without an Event made of it: it stamps h with the next seq
+// and the time, and returns the seq (0: the log is closed or fenced, and h
+// is not stored).
+func (l *eventLog) publishHeld(h *heldEvent) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.fenced {
+		return 0
+	}
+	h.seq, h.time = l.next, l.now()
+	l.storeLocked(*h)
+	if !l.gated {
+		l.wakeLocked()
+	}
+	return h.seq
+}
+
 // stored moves the delivered part of a gated log on to seq (the store
 // holds every event up to it).
 func (l *eventLog) stored(seq uint64) {

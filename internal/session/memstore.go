@@ -642,15 +642,21 @@ func (m *MemoryReplica) AppendEvent(id string, e Event) {
 // log not nil, the session's log is told the stored seq directly rather
 // than through the watch, which would look the session up again.
 func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent, log *eventLog) {
-	if m.down() != nil {
-		return
-	}
 	if e.SessionID == "" {
 		e.SessionID = id
 	}
 	if h == nil || e.SessionID != id {
 		held := holdEvent(id, &e)
 		h = &held
+	}
+	m.appendHeld(id, h, log)
+}
+
+// appendHeld is appendEvent of the event h holds (its seq stamped), of
+// session id.
+func (m *MemoryReplica) appendHeld(id string, h *heldEvent, log *eventLog) {
+	if m.down() != nil {
+		return
 	}
 	b := m.b
 	b.mu.Lock()
@@ -667,9 +673,9 @@ func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent, log *event
 			top = s.events[n-1].seq
 		}
 		switch {
-		case e.Seq <= top:
+		case h.seq <= top:
 			// Stored already.
-		case fenced && e.Seq != top+1:
+		case fenced && h.seq != top+1:
 			m.loseLocked(id)
 			lostErr = fmt.Errorf("%w: the stored stream ends at seq %d, short of the events after it", ErrEventsLost, top)
 		default:
@@ -683,7 +689,7 @@ func (m *MemoryReplica) appendEvent(id string, e Event, h *heldEvent, log *event
 			if over := len(s.events) - b.events; over > b.events/8 {
 				s.events = slices.Delete(s.events, 0, over)
 			}
-			top = e.Seq
+			top = h.seq
 		}
 	}
 	var notify []func(bool)

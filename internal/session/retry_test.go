@@ -25,7 +25,7 @@ func (p simValidator) ValidatePrompt(text string) error {
 
 // newManager returns a manager with the simulated provider (models echo and
 // backup) and a fixed jitter draw of u.
-func newManager(t *testing.T, settings retry.Settings, u float64) *session.Manager {
+func newManager(t testing.TB, settings retry.Settings, u float64) *session.Manager {
 	t.Helper()
 	m := session.NewManager(session.Options{
 		Providers: []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"},

@@ -504,6 +504,25 @@ func (s *Session) emit(e Event) {
 	s.m.events.AppendEvent(s.id, e)
 }
 
+// emitDelta is emit of d's message_update, held as the log and the
+// in-process store keep a delta (heldEvent) from the start: no Event of
+// 456 bytes made, copied through the calls and compared with its compact
+// form for every chunk (a message_update is not traced).
+func (s *Session) emitDelta(promptID string, d provider.Delta) {
+	h := heldEvent{typ: EventMessageUpdate, promptID: promptID, text: d.Text, thinking: d.Thinking}
+	if d.ToolCallID != "" || d.ToolName != "" || d.ToolArgsPart != "" {
+		h.tool = &ToolCallDelta{CallID: d.ToolCallID, Name: d.ToolName, InputDelta: d.ToolArgsPart}
+	}
+	if s.log.publishHeld(&h) == 0 {
+		return
+	}
+	if mr, ok := s.m.events.(*MemoryReplica); ok {
+		mr.appendHeld(s.id, &h, s.log)
+		return
+	}
+	s.m.events.AppendEvent(s.id, h.event(s.id))
+}
+
 // run is one prompt: the first agent run and every continuation of its retry
 // chain, until the chain has ended. It always ends with prompt_end.
 // A prompt taken over from a lost replica (res non-nil) resumes its retry or
@@ -815,11 +834,7 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 		if ttft == 0 {
 			ttft = time.Since(started)
 		}
-		e := Event{Type: EventMessageUpdate, PromptID: promptID, TextDelta: d.Text, ThinkingDelta: d.Thinking}
-		if d.ToolCallID != "" || d.ToolName != "" || d.ToolArgsPart != "" {
-			e.ToolCallDelta = &ToolCallDelta{CallID: d.ToolCallID, Name: d.ToolName, InputDelta: d.ToolArgsPart}
-		}
-		s.emit(e)
+		s.emitDelta(promptID, d)
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
 	s.settleProbeCall(model, &t)

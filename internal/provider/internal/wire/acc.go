@@ -27,7 +27,13 @@ type Acc struct {
 	// delta); content sets the blocks' Text from it.
 	texts [][]byte
 	keys  map[string]int
-	tools map[int]*toolState
+	// last is the key block looked up last, at index lastAt: a stream's
+	// deltas come block after block, so most look-ups are the one before
+	// and need not reach the map (whose memory a delta, arriving tens of
+	// ms after the one before, finds out of the cache).
+	last   string
+	lastAt int
+	tools  map[int]*toolState
 	// deltas counts the deltas handed to onDelta.
 	deltas int
 	// Answered is the call's provider.Request.Answered: Run calls it
@@ -57,13 +63,18 @@ func NewAccSecrets(model string, secrets []string, onDelta func(provider.Delta))
 
 // block returns the index of key's block, starting one of typ if needed.
 func (a *Acc) block(key, typ string) int {
-	if i, ok := a.keys[key]; ok {
-		return i
+	if key == a.last && len(a.blocks) > 0 {
+		return a.lastAt
 	}
-	a.blocks = append(a.blocks, provider.Block{Type: typ})
-	a.texts = append(a.texts, nil)
-	a.keys[key] = len(a.blocks) - 1
-	return len(a.blocks) - 1
+	i, ok := a.keys[key]
+	if !ok {
+		a.blocks = append(a.blocks, provider.Block{Type: typ})
+		a.texts = append(a.texts, nil)
+		i = len(a.blocks) - 1
+		a.keys[key] = i
+	}
+	a.last, a.lastAt = key, i
+	return i
 }
 
 // AddText appends s to key's text block, starting it if needed, and
