@@ -118,12 +118,7 @@ func (l *eventLog) publish(e Event) (Event, heldEvent) {
 	e.Seq = l.next
 	e.Time = l.now()
 	h := holdEvent(l.sessionID, &e)
-	l.storeLocked(h)
-	if !l.gated {
-		// A gated log's readers can read it once it is stored: stored
-		// wakes them then (woken now, they would find nothing to read).
-		l.wakeLocked()
-	}
+	l.addLocked(h)
 	return e, h
 }
 
@@ -138,11 +133,18 @@ func (l *eventLog) publishHeld(h *heldEvent) uint64 {
 		return 0
 	}
 	h.seq, h.time = l.next, l.now()
-	l.storeLocked(*h)
+	l.addLocked(*h)
+	return h.seq
+}
+
+// addLocked stores h, stamped with the next seq, and wakes readers unless
+// the log is gated: a gated log's readers can read it once it is stored,
+// and stored wakes them then (woken now, they would find nothing to read).
+func (l *eventLog) addLocked(h heldEvent) {
+	l.storeLocked(h)
 	if !l.gated {
 		l.wakeLocked()
 	}
-	return h.seq
 }
 
 // stored moves the delivered part of a gated log on to seq (the store
