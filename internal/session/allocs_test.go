@@ -32,15 +32,7 @@ func TestAllocationsPerPromptAndChunk(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for {
-				e, err := sub.NextRef(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if e.Type == session.EventPromptEnd {
-					break
-				}
-			}
+			readToPromptEnd(t, sub)
 			sub.Close()
 		}
 	}
@@ -84,15 +76,7 @@ func BenchmarkPromptChunk(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for {
-			e, err := sub.NextRef(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if e.Type == session.EventPromptEnd {
-				break
-			}
-		}
+		readToPromptEnd(b, sub)
 		d := time.Since(start)
 		sub.Close()
 		if err := m.Delete(ctx, "t", s.ID()); err != nil {
@@ -107,4 +91,18 @@ func BenchmarkPromptChunk(b *testing.B) {
 		long += prompt(210)
 	}
 	b.ReportMetric(float64((long-short).Nanoseconds())/float64(b.N)/200, "ns/chunk")
+}
+
+// readToPromptEnd reads sub's events up to its prompt_end.
+func readToPromptEnd(tb testing.TB, sub *session.Subscription) {
+	tb.Helper()
+	for {
+		e, err := sub.NextRef(context.Background())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if e.Type == session.EventPromptEnd {
+			return
+		}
+	}
 }

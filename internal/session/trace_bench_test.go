@@ -68,15 +68,7 @@ func BenchmarkPromptTracing(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					for {
-						e, err := sub.Next(ctx)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if e.Type == session.EventPromptEnd {
-							break
-						}
-					}
+					readToPromptEnd(b, sub)
 					sub.Close()
 				}
 			})
