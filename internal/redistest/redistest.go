@@ -10,6 +10,7 @@ package redistest
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -99,14 +100,51 @@ func RequireCLI(t *testing.T) {
 	}
 }
 
+// freePort returns a loopback port that was free a moment ago, for a
+// redis-server to bind. It is taken below the kernel's ephemeral range
+// (where a listen on port 0 picks): a port of that range, released by the
+// check, may be handed meanwhile to an outgoing connection of another test
+// as its local port, and redis-server's bind then fails with "Address
+// already in use". Below the range only another listener can take it.
 func freePort(t *testing.T) int {
 	t.Helper()
+	if lo := ephemeralLow(); lo > minPort+1000 {
+		for range 100 {
+			p := minPort + rand.IntN(lo-minPort)
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+				l.Close()
+				return p
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// minPort is the lowest port freePort picks: above the registered ports
+// that local services commonly use.
+const minPort = 12000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 when
+// it cannot be read: not Linux).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 // Addr is the server's host:port.
