@@ -46,15 +46,7 @@ func BenchmarkOutageCallsPerPrompt(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				for {
-					e, err := sub.Next(context.Background())
-					if err != nil {
-						b.Fatal(err)
-					}
-					if e.Type == session.EventPromptEnd {
-						break
-					}
-				}
+				readToPromptEnd(b, sub)
 				sub.Close()
 			}
 			b.ReportMetric(float64(len(rec.requests()))/float64(b.N), "calls/prompt")

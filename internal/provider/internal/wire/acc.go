@@ -27,10 +27,10 @@ type Acc struct {
 	// delta); content sets the blocks' Text from it.
 	texts [][]byte
 	keys  map[string]int
-	// last is the key block looked up last, at index lastAt: a stream's
-	// deltas come block after block, so most look-ups are the one before
-	// and need not reach the map (whose memory a delta, arriving tens of
-	// ms after the one before, finds out of the cache).
+	// last is the key of the block looked up last, at index lastAt: a
+	// stream's deltas come block after block, so most look-ups are the
+	// one before and need not reach the map (whose memory a delta,
+	// arriving tens of ms after the one before, finds out of the cache).
 	last   string
 	lastAt int
 	tools  map[int]*toolState
