@@ -198,9 +198,10 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (_ *App, err erro
 	// Memory a passed load left free goes back to the OS (memory.go): the
 	// load is the sessions, their readers and the clients' connections
 	// (each holds buffers and a goroutine while it is open, idle or not);
-	// a load that halved sheds the providers' idle connections too.
+	// a load that halved sheds the providers' idle connections and the
+	// engine's waiting run goroutines too.
 	stopReclaim := startReclaimer(func() int { return sessions.Count() + sessions.Subscribers() + srv.Connections() },
-		func() { closeIdleConnections(providers) })
+		func() { closeIdleConnections(providers); sessions.ShedIdleWorkers() })
 	a.undo = append(a.undo, func(context.Context) error { stopReclaim(); return nil })
 	return a, nil
 }

@@ -50,8 +50,11 @@ func TestCompletedPromptsRetainNothing(t *testing.T) {
 	}
 	round(500) // warm up: pools, maps and the scheduler reach their size
 	// The engine's own goroutines (its runs' children among them); the
-	// runtime's and the test framework's come and go.
+	// runtime's and the test framework's come and go. The goroutines kept
+	// for the next runs (up to 64: runworkers.go) are shed before each
+	// count, as the reclaimer sheds them when a load has gone.
 	const engine = "github.com/agentd/agentd/internal/session."
+	m.ShedIdleWorkers()
 	goroutines := testkit.Goroutines(engine)
 	before := liveHeap()
 	round(10000)
@@ -65,6 +68,7 @@ func TestCompletedPromptsRetainNothing(t *testing.T) {
 	// A run's last goroutines end right after its prompt_end: the count
 	// must come back, not be back at once.
 	testkit.EventuallyErr(t, "the runs' goroutines ended", func() error {
+		m.ShedIdleWorkers()
 		if n := testkit.Goroutines(engine); n > goroutines {
 			return fmt.Errorf("%d engine goroutines after 10k prompts, %d before: a run left one behind", n, goroutines)
 		}

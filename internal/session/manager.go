@@ -188,6 +188,7 @@ type Manager struct {
 	baseCtx context.Context
 	stop    context.CancelFunc
 	runs    sync.WaitGroup
+	workers *runWorkers    // the goroutines the runs run on (runworkers.go)
 	bg      sync.WaitGroup // pulls, the janitor and the mirrors' poller (shared store)
 
 	// rep is replication, the only way the session core reaches it.
@@ -252,6 +253,7 @@ func NewManager(opts Options) *Manager {
 		m.providers[p.Name] = p
 	}
 	m.rep = replicas{}
+	m.workers = newRunWorkers()
 	m.baseCtx, m.stop = context.WithCancel(context.Background())
 	m.startShared()
 	return m
@@ -609,12 +611,18 @@ func (m *Manager) Close(ctx context.Context) error {
 		err = fmt.Errorf("sessions did not stop in time: %w", ctx.Err())
 	}
 	m.stop()
+	m.workers.close()
 	m.bg.Wait()
 	for _, s := range all {
 		s.log.close()
 	}
 	return err
 }
+
+// ShedIdleWorkers ends the goroutines kept for the next prompts' runs that
+// wait now, and with them their stacks (up to 2 MiB): for when the load
+// has dropped.
+func (m *Manager) ShedIdleWorkers() { m.workers.shed() }
 
 // idRand hands out crypto/rand's bytes from a buffer refilled 32 IDs at a
 // time: a prompt's ID is made on its way to the model call, where the

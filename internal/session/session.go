@@ -446,7 +446,7 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 	s.runDone = make(chan struct{})
 	gen := s.generation
 	started = true
-	go s.run(runCtx, cancel, gen, promptID, nil)
+	s.m.workers.start(func() { s.run(runCtx, cancel, gen, promptID, nil) })
 	return promptID, sub, nil
 }
 

@@ -161,7 +161,8 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	if run.Wasted != nil {
 		res.wasted = *run.Wasted
 	}
-	go s.run(runCtx, cancel, s.generation, run.PromptID, res)
+	gen, promptID := s.generation, run.PromptID
+	s.m.workers.start(func() { s.run(runCtx, cancel, gen, promptID, res) })
 	return nil
 }
 
