@@ -542,6 +542,45 @@ func TestEvents(t *testing.T) {
 	}
 }
 
+// The stream's entries are the events' compact objects (appendStoredEvent);
+// an entry of json.Marshal's whole object, as a replica wrote it before
+// (during a rolling upgrade, both are in one stream), reads back the same.
+func TestEventEntries(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), time.Second)
+	s := newStore(t, c, Options{})
+	ctx := testkit.Context(t)
+
+	delta := session.Event{Seq: 1, Type: session.EventMessageUpdate, PromptID: "p1",
+		Time: time.Date(2026, 1, 1, 0, 0, 0, 1, time.UTC), TextDelta: "hello"}
+	s.AppendEvent("e1", delta)
+	must(t, s.Flush(ctx, "e1"))
+	raw, err := c.XRange(ctx, s.key("e1", "events"), "-", "+").Result()
+	must(t, err)
+	want, err := appendStoredEvent(nil, &delta)
+	must(t, err)
+	if len(raw) != 1 || raw[0].ID != "1-0" || raw[0].Values["e"] != string(want) {
+		t.Fatalf("stream = %v, want one entry 1-0 of %s", raw, want)
+	}
+
+	// Seq 2 as the replicas before wrote it, then seq 3 as they do now.
+	whole := event(2)
+	whole.SessionID = "e1"
+	data, err := json.Marshal(whole)
+	must(t, err)
+	must(t, c.XAdd(ctx, &redis.XAddArgs{Stream: s.key("e1", "events"), ID: "2-0", Values: []any{"e", data}}).Err())
+	s.AppendEvent("e1", event(3))
+	must(t, s.Flush(ctx, "e1"))
+	got, err := s.Events(ctx, "e1", 0, 10)
+	must(t, err)
+	delta.SessionID = "e1"
+	third := event(3)
+	third.SessionID = "e1"
+	if len(got) != 3 || !reflect.DeepEqual(got[0], delta) || !reflect.DeepEqual(got[1], whole) || !reflect.DeepEqual(got[2], third) {
+		t.Fatalf("Events =\n%+v\nwant\n%+v", got, []session.Event{delta, whole, third})
+	}
+}
+
 // Many sessions appending concurrently: every Flush returns once its own
 // events are stored.
 func TestEventsConcurrent(t *testing.T) {

@@ -359,11 +359,19 @@ func (w *writer) write(batch []item) (retry []item) {
 		ru.items = append(ru.items, it)
 	}
 	var encodeErr map[string]error
+	// The batch's entries, encoded into one buffer (an entry's bytes stay
+	// where they were written when the buffer grows: a grown buffer is a
+	// copy).
+	buf := make([]byte, 0, 192*len(batch))
 	_ = r.pipeScripts(ctx, func(pipe redis.Pipeliner, call scriptRunner) {
 		for _, ru := range runs {
 			args := fenceArgv(ru.items[0].replica, ru.items[0].epoch, int64(r.o.EventBuffer))
-			for _, it := range ru.items {
-				data, err := json.Marshal(it.e)
+			for i := range ru.items {
+				it := &ru.items[i]
+				o := len(buf)
+				var err error
+				buf, err = appendStoredEvent(buf, &it.e)
+				data := buf[o:len(buf):len(buf)]
 				if err != nil {
 					if encodeErr == nil {
 						encodeErr = map[string]error{}

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/agentd/agentd/internal/provider/internal/wire"
+	"github.com/agentd/agentd/internal/jsonenc"
 )
 
 // encodeRequest is json.Marshal(body), byte for byte, written without
@@ -76,14 +76,14 @@ func blocksSize(bs []wireBlock) int {
 // appendRequest appends body's JSON to b; false: json.Marshal's to write.
 func appendRequest(b []byte, body *messagesRequest) ([]byte, bool) {
 	b = append(b, `{"model":`...)
-	b = wire.AppendString(b, body.Model)
+	b = jsonenc.AppendString(b, body.Model)
 	b = append(b, `,"max_tokens":`...)
 	b = strconv.AppendInt(b, int64(body.MaxTokens), 10)
 	if body.System != nil {
 		b = append(b, `,"system":`...)
 		switch s := body.System.(type) {
 		case string:
-			b = wire.AppendString(b, s)
+			b = jsonenc.AppendString(b, s)
 		case []wireBlock:
 			var ok bool
 			if b, ok = appendBlocks(b, s); !ok {
@@ -103,7 +103,7 @@ func appendRequest(b []byte, body *messagesRequest) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"role":`...)
-			b = wire.AppendString(b, m.Role)
+			b = jsonenc.AppendString(b, m.Role)
 			b = append(b, `,"content":`...)
 			var ok bool
 			if b, ok = appendBlocks(b, m.Content); !ok {
@@ -120,11 +120,11 @@ func appendRequest(b []byte, body *messagesRequest) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"name":`...)
-			b = wire.AppendString(b, t.Name)
-			b = wire.AppendStringField(b, "description", t.Description)
+			b = jsonenc.AppendString(b, t.Name)
+			b = jsonenc.AppendStringField(b, "description", t.Description)
 			b = append(b, `,"input_schema":`...)
 			var ok bool
-			if b, ok = wire.AppendRaw(b, t.InputSchema); !ok {
+			if b, ok = jsonenc.AppendRaw(b, t.InputSchema); !ok {
 				return b, false
 			}
 			b = appendCache(b, t.CacheControl)
@@ -133,16 +133,16 @@ func appendRequest(b []byte, body *messagesRequest) ([]byte, bool) {
 		b = append(b, ']')
 	}
 	var ok bool
-	if b, ok = wire.AppendFloatField(b, "temperature", body.Temperature); !ok {
+	if b, ok = jsonenc.AppendFloatField(b, "temperature", body.Temperature); !ok {
 		return b, false
 	}
-	if b, ok = wire.AppendFloatField(b, "top_p", body.TopP); !ok {
+	if b, ok = jsonenc.AppendFloatField(b, "top_p", body.TopP); !ok {
 		return b, false
 	}
-	b = wire.AppendStringsField(b, "stop_sequences", body.StopSequences)
+	b = jsonenc.AppendStringsField(b, "stop_sequences", body.StopSequences)
 	if t := body.Thinking; t != nil {
 		b = append(b, `,"thinking":{"type":`...)
-		b = wire.AppendString(b, t.Type)
+		b = jsonenc.AppendString(b, t.Type)
 		b = append(b, `,"budget_tokens":`...)
 		b = strconv.AppendInt(b, int64(t.BudgetTokens), 10)
 		b = append(b, '}')
@@ -174,28 +174,28 @@ func appendBlocks(b []byte, blocks []wireBlock) ([]byte, bool) {
 // empty ones left out as its omitempty tags say.
 func appendBlock(b []byte, k *wireBlock) ([]byte, bool) {
 	b = append(b, `{"type":`...)
-	b = wire.AppendString(b, k.Type)
-	b = wire.AppendStringField(b, "text", k.Text)
+	b = jsonenc.AppendString(b, k.Type)
+	b = jsonenc.AppendStringField(b, "text", k.Text)
 	if k.Thinking != nil {
 		b = append(b, `,"thinking":`...)
-		b = wire.AppendString(b, *k.Thinking)
+		b = jsonenc.AppendString(b, *k.Thinking)
 	}
 	if k.Signature != nil {
 		b = append(b, `,"signature":`...)
-		b = wire.AppendString(b, *k.Signature)
+		b = jsonenc.AppendString(b, *k.Signature)
 	}
-	b = wire.AppendStringField(b, "data", k.Data)
-	b = wire.AppendStringField(b, "id", k.ID)
-	b = wire.AppendStringField(b, "name", k.Name)
+	b = jsonenc.AppendStringField(b, "data", k.Data)
+	b = jsonenc.AppendStringField(b, "id", k.ID)
+	b = jsonenc.AppendStringField(b, "name", k.Name)
 	if len(k.Input) > 0 {
 		b = append(b, `,"input":`...)
 		var ok bool
-		if b, ok = wire.AppendRaw(b, k.Input); !ok {
+		if b, ok = jsonenc.AppendRaw(b, k.Input); !ok {
 			return b, false
 		}
 	}
-	b = wire.AppendStringField(b, "tool_use_id", k.ToolUseID)
-	b = wire.AppendStringField(b, "content", k.Content)
+	b = jsonenc.AppendStringField(b, "tool_use_id", k.ToolUseID)
+	b = jsonenc.AppendStringField(b, "content", k.Content)
 	if k.IsError {
 		b = append(b, `,"is_error":true`...)
 	}
@@ -208,6 +208,6 @@ func appendCache(b []byte, c *cacheControl) []byte {
 		return b
 	}
 	b = append(b, `,"cache_control":{"type":`...)
-	b = wire.AppendString(b, c.Type)
+	b = jsonenc.AppendString(b, c.Type)
 	return append(b, '}')
 }

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/agentd/agentd/internal/provider/internal/wire"
+	"github.com/agentd/agentd/internal/jsonenc"
 )
 
 // encodeRequest is json.Marshal(body), byte for byte, written without
@@ -110,11 +110,11 @@ func appendRequest(b []byte, body *generateRequest) ([]byte, bool) {
 						b = append(b, ',')
 					}
 					b = append(b, `{"name":`...)
-					b = wire.AppendString(b, d.Name)
-					b = wire.AppendStringField(b, "description", d.Description)
+					b = jsonenc.AppendString(b, d.Name)
+					b = jsonenc.AppendStringField(b, "description", d.Description)
 					if len(d.ParametersJSONSchema) > 0 {
 						b = append(b, `,"parametersJsonSchema":`...)
-						if b, ok = wire.AppendRaw(b, d.ParametersJSONSchema); !ok {
+						if b, ok = jsonenc.AppendRaw(b, d.ParametersJSONSchema); !ok {
 							return b, false
 						}
 					}
@@ -133,13 +133,13 @@ func appendRequest(b []byte, body *generateRequest) ([]byte, bool) {
 			b = append(b, `,"maxOutputTokens":`...)
 			b = strconv.AppendInt(b, int64(gc.MaxOutputTokens), 10)
 		}
-		if b, ok = wire.AppendFloatField(b, "temperature", gc.Temperature); !ok {
+		if b, ok = jsonenc.AppendFloatField(b, "temperature", gc.Temperature); !ok {
 			return b, false
 		}
-		if b, ok = wire.AppendFloatField(b, "topP", gc.TopP); !ok {
+		if b, ok = jsonenc.AppendFloatField(b, "topP", gc.TopP); !ok {
 			return b, false
 		}
-		b = wire.AppendStringsField(b, "stopSequences", gc.StopSequences)
+		b = jsonenc.AppendStringsField(b, "stopSequences", gc.StopSequences)
 		if t := gc.ThinkingConfig; t != nil {
 			b = append(b, `,"thinkingConfig":{"includeThoughts":`...)
 			b = strconv.AppendBool(b, t.IncludeThoughts)
@@ -162,7 +162,7 @@ func appendContent(b []byte, c *content) ([]byte, bool) {
 	b = append(b, '{')
 	if c.Role != "" {
 		b = append(b, `"role":`...)
-		b = wire.AppendString(b, c.Role)
+		b = jsonenc.AppendString(b, c.Role)
 		b = append(b, ',')
 	}
 	b = append(b, `"parts":`...)
@@ -190,24 +190,24 @@ func appendPart(b []byte, p *part) ([]byte, bool) {
 	if p.Text == "" && p.FunctionCall == nil && p.FunctionResponse == nil {
 		b = append(b, `,"text":""`...)
 	}
-	b = wire.AppendStringField(b, "text", p.Text)
+	b = jsonenc.AppendStringField(b, "text", p.Text)
 	if p.Thought {
 		b = append(b, `,"thought":true`...)
 	}
-	b = wire.AppendStringField(b, "thoughtSignature", p.ThoughtSignature)
+	b = jsonenc.AppendStringField(b, "thoughtSignature", p.ThoughtSignature)
 	var ok bool
 	if f := p.FunctionCall; f != nil {
 		b = append(b, `,"functionCall":{`...)
 		if f.ID != "" {
 			b = append(b, `"id":`...)
-			b = wire.AppendString(b, f.ID)
+			b = jsonenc.AppendString(b, f.ID)
 			b = append(b, ',')
 		}
 		b = append(b, `"name":`...)
-		b = wire.AppendString(b, f.Name)
+		b = jsonenc.AppendString(b, f.Name)
 		if len(f.Args) > 0 {
 			b = append(b, `,"args":`...)
-			if b, ok = wire.AppendRaw(b, f.Args); !ok {
+			if b, ok = jsonenc.AppendRaw(b, f.Args); !ok {
 				return b, false
 			}
 		}
@@ -215,7 +215,7 @@ func appendPart(b []byte, p *part) ([]byte, bool) {
 	}
 	if r := p.FunctionResponse; r != nil {
 		b = append(b, `,"functionResponse":{"name":`...)
-		b = wire.AppendString(b, r.Name)
+		b = jsonenc.AppendString(b, r.Name)
 		b = append(b, `,"response":`...)
 		if b, ok = appendStringMap(b, r.Response); !ok {
 			return b, false
@@ -247,9 +247,9 @@ func appendStringMap(b []byte, m map[string]any) ([]byte, bool) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = wire.AppendString(b, k)
+		b = jsonenc.AppendString(b, k)
 		b = append(b, ':')
-		b = wire.AppendString(b, m[k].(string))
+		b = jsonenc.AppendString(b, m[k].(string))
 	}
 	return append(b, '}'), true
 }

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/agentd/agentd/internal/provider/internal/wire"
+	"github.com/agentd/agentd/internal/jsonenc"
 )
 
 // encodeChat is json.Marshal(body), byte for byte, written without
@@ -56,7 +56,7 @@ func chatSize(body *chatRequest) int {
 func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 	var ok bool
 	b = append(b, `{"model":`...)
-	b = wire.AppendString(b, body.Model)
+	b = jsonenc.AppendString(b, body.Model)
 	b = append(b, `,"messages":`...)
 	if body.Messages == nil {
 		b = append(b, "null"...)
@@ -80,12 +80,12 @@ func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 			}
 			t := &body.Tools[i]
 			b = append(b, `{"type":`...)
-			b = wire.AppendString(b, t.Type)
+			b = jsonenc.AppendString(b, t.Type)
 			b = append(b, `,"function":{"name":`...)
-			b = wire.AppendString(b, t.Function.Name)
-			b = wire.AppendStringField(b, "description", t.Function.Description)
+			b = jsonenc.AppendString(b, t.Function.Name)
+			b = jsonenc.AppendStringField(b, "description", t.Function.Description)
 			b = append(b, `,"parameters":`...)
-			if b, ok = wire.AppendRaw(b, t.Function.Parameters); !ok {
+			if b, ok = jsonenc.AppendRaw(b, t.Function.Parameters); !ok {
 				return b, false
 			}
 			b = append(b, "}}"...)
@@ -96,14 +96,14 @@ func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 		b = append(b, `,"max_completion_tokens":`...)
 		b = strconv.AppendInt(b, int64(body.MaxCompletionTokens), 10)
 	}
-	if b, ok = wire.AppendFloatField(b, "temperature", body.Temperature); !ok {
+	if b, ok = jsonenc.AppendFloatField(b, "temperature", body.Temperature); !ok {
 		return b, false
 	}
-	if b, ok = wire.AppendFloatField(b, "top_p", body.TopP); !ok {
+	if b, ok = jsonenc.AppendFloatField(b, "top_p", body.TopP); !ok {
 		return b, false
 	}
-	b = wire.AppendStringsField(b, "stop", body.Stop)
-	b = wire.AppendStringField(b, "reasoning_effort", body.ReasoningEffort)
+	b = jsonenc.AppendStringsField(b, "stop", body.Stop)
+	b = jsonenc.AppendStringField(b, "reasoning_effort", body.ReasoningEffort)
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, body.Stream)
 	if o := body.StreamOptions; o != nil {
@@ -111,7 +111,7 @@ func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 		b = strconv.AppendBool(b, o.IncludeUsage)
 		b = append(b, '}')
 	}
-	b = wire.AppendStringField(b, "prompt_cache_key", body.PromptCacheKey)
+	b = jsonenc.AppendStringField(b, "prompt_cache_key", body.PromptCacheKey)
 	return append(b, '}'), true
 }
 
@@ -119,13 +119,13 @@ func appendChat(b []byte, body *chatRequest) ([]byte, bool) {
 // a string nor null.
 func appendChatMessage(b []byte, m *chatMessage) ([]byte, bool) {
 	b = append(b, `{"role":`...)
-	b = wire.AppendString(b, m.Role)
+	b = jsonenc.AppendString(b, m.Role)
 	b = append(b, `,"content":`...)
 	switch c := m.Content.(type) {
 	case nil:
 		b = append(b, "null"...)
 	case string:
-		b = wire.AppendString(b, c)
+		b = jsonenc.AppendString(b, c)
 	default:
 		return b, false
 	}
@@ -137,18 +137,18 @@ func appendChatMessage(b []byte, m *chatMessage) ([]byte, bool) {
 			}
 			c := &m.ToolCalls[j]
 			b = append(b, `{"id":`...)
-			b = wire.AppendString(b, c.ID)
+			b = jsonenc.AppendString(b, c.ID)
 			b = append(b, `,"type":`...)
-			b = wire.AppendString(b, c.Type)
+			b = jsonenc.AppendString(b, c.Type)
 			b = append(b, `,"function":{"name":`...)
-			b = wire.AppendString(b, c.Function.Name)
+			b = jsonenc.AppendString(b, c.Function.Name)
 			b = append(b, `,"arguments":`...)
-			b = wire.AppendString(b, c.Function.Arguments)
+			b = jsonenc.AppendString(b, c.Function.Arguments)
 			b = append(b, "}}"...)
 		}
 		b = append(b, ']')
 	}
-	return append(wire.AppendStringField(b, "tool_call_id", m.ToolCallID), '}'), true
+	return append(jsonenc.AppendStringField(b, "tool_call_id", m.ToolCallID), '}'), true
 }
 
 // encodeResponses is encodeChat for a Responses body: json.Marshal(body),
@@ -195,8 +195,8 @@ func responsesSize(body *responsesRequest) int {
 func appendResponses(b []byte, body *responsesRequest) ([]byte, bool) {
 	var ok bool
 	b = append(b, `{"model":`...)
-	b = wire.AppendString(b, body.Model)
-	b = wire.AppendStringField(b, "instructions", body.Instructions)
+	b = jsonenc.AppendString(b, body.Model)
+	b = jsonenc.AppendStringField(b, "instructions", body.Instructions)
 	b = append(b, `,"input":`...)
 	if body.Input == nil {
 		b = append(b, "null"...)
@@ -218,12 +218,12 @@ func appendResponses(b []byte, body *responsesRequest) ([]byte, bool) {
 			}
 			t := &body.Tools[i]
 			b = append(b, `{"type":`...)
-			b = wire.AppendString(b, t.Type)
+			b = jsonenc.AppendString(b, t.Type)
 			b = append(b, `,"name":`...)
-			b = wire.AppendString(b, t.Name)
-			b = wire.AppendStringField(b, "description", t.Description)
+			b = jsonenc.AppendString(b, t.Name)
+			b = jsonenc.AppendStringField(b, "description", t.Description)
 			b = append(b, `,"parameters":`...)
-			if b, ok = wire.AppendRaw(b, t.Parameters); !ok {
+			if b, ok = jsonenc.AppendRaw(b, t.Parameters); !ok {
 				return b, false
 			}
 			b = append(b, `,"strict":`...)
@@ -236,34 +236,34 @@ func appendResponses(b []byte, body *responsesRequest) ([]byte, bool) {
 		b = append(b, `,"max_output_tokens":`...)
 		b = strconv.AppendInt(b, int64(body.MaxOutputTokens), 10)
 	}
-	if b, ok = wire.AppendFloatField(b, "temperature", body.Temperature); !ok {
+	if b, ok = jsonenc.AppendFloatField(b, "temperature", body.Temperature); !ok {
 		return b, false
 	}
-	if b, ok = wire.AppendFloatField(b, "top_p", body.TopP); !ok {
+	if b, ok = jsonenc.AppendFloatField(b, "top_p", body.TopP); !ok {
 		return b, false
 	}
 	if r := body.Reasoning; r != nil {
 		b = append(b, `,"reasoning":{"effort":`...)
-		b = wire.AppendString(b, r.Effort)
+		b = jsonenc.AppendString(b, r.Effort)
 		b = append(b, `,"summary":`...)
-		b = wire.AppendString(b, r.Summary)
+		b = jsonenc.AppendString(b, r.Summary)
 		b = append(b, '}')
 	}
-	b = wire.AppendStringsField(b, "include", body.Include)
-	b = wire.AppendStringField(b, "previous_response_id", body.PreviousResponseID)
+	b = jsonenc.AppendStringsField(b, "include", body.Include)
+	b = jsonenc.AppendStringField(b, "previous_response_id", body.PreviousResponseID)
 	b = append(b, `,"store":`...)
 	b = strconv.AppendBool(b, body.Store)
 	b = append(b, `,"stream":`...)
 	b = strconv.AppendBool(b, body.Stream)
-	b = wire.AppendStringField(b, "prompt_cache_key", body.PromptCacheKey)
+	b = jsonenc.AppendStringField(b, "prompt_cache_key", body.PromptCacheKey)
 	return append(b, '}'), true
 }
 
 // appendInputItem appends one input item, its fields in inputItem's order.
 func appendInputItem(b []byte, it *inputItem) []byte {
 	b = append(b, `{"type":`...)
-	b = wire.AppendString(b, it.Type)
-	b = wire.AppendStringField(b, "id", it.ID)
+	b = jsonenc.AppendString(b, it.Type)
+	b = jsonenc.AppendStringField(b, "id", it.ID)
 	if it.Summary != nil {
 		b = append(b, `,"summary":`...)
 		if parts := *it.Summary; parts == nil {
@@ -275,23 +275,23 @@ func appendInputItem(b []byte, it *inputItem) []byte {
 					b = append(b, ',')
 				}
 				b = append(b, `{"type":`...)
-				b = wire.AppendString(b, p.Type)
+				b = jsonenc.AppendString(b, p.Type)
 				b = append(b, `,"text":`...)
-				b = wire.AppendString(b, p.Text)
+				b = jsonenc.AppendString(b, p.Text)
 				b = append(b, '}')
 			}
 			b = append(b, ']')
 		}
 	}
-	b = wire.AppendStringField(b, "encrypted_content", it.EncryptedContent)
-	b = wire.AppendStringField(b, "role", it.Role)
-	b = wire.AppendStringField(b, "content", it.Content)
-	b = wire.AppendStringField(b, "call_id", it.CallID)
-	b = wire.AppendStringField(b, "name", it.Name)
-	b = wire.AppendStringField(b, "arguments", it.Arguments)
+	b = jsonenc.AppendStringField(b, "encrypted_content", it.EncryptedContent)
+	b = jsonenc.AppendStringField(b, "role", it.Role)
+	b = jsonenc.AppendStringField(b, "content", it.Content)
+	b = jsonenc.AppendStringField(b, "call_id", it.CallID)
+	b = jsonenc.AppendStringField(b, "name", it.Name)
+	b = jsonenc.AppendStringField(b, "arguments", it.Arguments)
 	if it.Output != nil {
 		b = append(b, `,"output":`...)
-		b = wire.AppendString(b, *it.Output)
+		b = jsonenc.AppendString(b, *it.Output)
 	}
 	return append(b, '}')
 }

@@ -1,4 +1,4 @@
-package wire
+package jsonenc
 
 import (
 	"bytes"

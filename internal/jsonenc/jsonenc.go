@@ -1,4 +1,8 @@
-package wire
+// Package jsonenc appends JSON values as encoding/json writes them, byte for
+// byte, without reflection: the providers' request encoders write their
+// bodies with it, and the Redis session store its stored events (their
+// tests and fuzzers hold each writer to json.Marshal).
+package jsonenc
 
 import (
 	"bytes"
@@ -7,10 +11,6 @@ import (
 	"strconv"
 	"unicode/utf8"
 )
-
-// The providers' request encoders write their bodies with these, without
-// reflection: each writes what json.Marshal writes for the same value, byte
-// for byte (the encoders' tests and fuzzers hold them to it).
 
 // AppendRaw appends raw JSON as encoding/json does a json.RawMessage:
 // compacted, with <, >, &, U+2028 and U+2029 escaped; null when empty.
