@@ -314,9 +314,16 @@ func (p startPicker) StartPick(ctx context.Context, id string, ttl time.Duration
 		return res, session.Picked{}, err
 	}
 	c, ok, perr := result()
-	if perr != nil || !ok {
-		// The call picks again (and reports what the store says).
+	if perr != nil {
+		// The call picks again (and reports what the store says: every
+		// credential blocked, or the store's failure).
 		return res, session.Picked{}, nil //nolint:nilerr // the start succeeded; only its pick is redone
+	}
+	if !ok {
+		// The provider has no credential: its call goes without one, as
+		// the call's own pick would have it.
+		p.metrics.StoreOp("redis", "pick", nil)
+		return res, session.Picked{None: true}, nil
 	}
 	p.metrics.StoreOp("redis", "pick", nil)
 	return res, session.Picked{Credential: c, OK: true}, nil

@@ -60,8 +60,20 @@ func redisRoundTripsBy(t *testing.T, base string) (all, creds int) {
 // batches (2 or 3 measured). The guard: no credential round trip of its
 // own, and at most 1 + two batches in all.
 func TestRedisRoundTripsBeforeTheModelCall(t *testing.T) {
-	rs := redistest.Start(t)
 	t.Setenv("AGENTD_TEST_RT_KEY", "sk-ant-roundtrips-0123456789")
+	for _, tc := range []struct{ name, creds string }{
+		{"a credential", "\n    credentials: [{id: main, api_key_env: AGENTD_TEST_RT_KEY}]"},
+		// A provider that takes none (a model server of one's own): the
+		// start's pick answers that there is none, and the call does not
+		// ask again.
+		{"no credentials", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) { roundTripsBeforeTheModelCall(t, tc.creds) })
+	}
+}
+
+func roundTripsBeforeTheModelCall(t *testing.T, creds string) {
+	rs := redistest.Start(t)
 	var base atomic.Value
 	var atAll, atCreds atomic.Int64
 	fake := providertest.NewServer(providertest.Options{Script: func(r *providertest.Request) providertest.Step {
@@ -80,9 +92,8 @@ func TestRedisRoundTripsBeforeTheModelCall(t *testing.T) {
 providers:
   - name: up
     kind: anthropic
-    base_url: %s
-    credentials: [{id: main, api_key_env: AGENTD_TEST_RT_KEY}]
-`, rs.Addr(), fake.URL))
+    base_url: %s%s
+`, rs.Addr(), fake.URL, creds))
 	ctx := testkit.Context(t)
 	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "up/claude-sonnet-4-5"})
 	if err != nil {

@@ -2,8 +2,6 @@ package session
 
 import (
 	"errors"
-
-	"github.com/agentd/agentd/internal/provider"
 )
 
 // Fencing: what a replica does when it finds that the prompt it runs is no
@@ -104,7 +102,7 @@ func (s *Session) fenceOnLocked(err error) {
 func (s *Session) endFencedLocked() {
 	s.fenced, s.handoff = false, false
 	s.chain = chain{}
-	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
+	s.switchedTo = pickedCred{}
 	s.waiting = nil
 	s.running, s.cancelRun, s.promptID = false, nil, ""
 	s.log.unfence()

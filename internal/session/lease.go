@@ -61,10 +61,11 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string, user provi
 	s.entries = res.Record.MessageCount + 1
 	s.context = append(s.context, user)
 	s.ctxIndex = append(s.ctxIndex, idx)
-	if picked.OK && pick.Provider == s.m.providerOf(s.model).Name {
-		// The first call's credential, picked in the start's round trip.
+	if (picked.OK || picked.None) && pick.Provider == s.m.providerOf(s.model).Name {
+		// The first call's credential, picked in the start's round trip
+		// (none: the provider has none, and the call goes without one).
 		s.credential = picked.Credential
-		s.switchedTo.provider, s.switchedTo.cred = pick.Provider, picked.Credential
+		s.switchedTo = pickedCred{provider: pick.Provider, cred: picked.Credential, none: picked.None}
 	}
 	s.m.register(s)
 	return nil

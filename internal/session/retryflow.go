@@ -224,7 +224,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 			s.m.opts.Observer.CredentialSwitched(p.Name, string(v.WindowBasis()))
 			s.mu.Lock()
 			s.credential = sw.To
-			s.switchedTo.provider, s.switchedTo.cred = p.Name, sw.To
+			s.switchedTo = pickedCred{provider: p.Name, cred: sw.To}
 			lost := s.credentialCacheLostLocked(sw.To)
 			s.mu.Unlock()
 			s.emit(Event{Type: EventCredentialSwitched, PromptID: promptID, Provider: p.Name, From: cred.ID, To: sw.To.ID, CacheLost: lost})

@@ -126,14 +126,12 @@ type Session struct {
 	credential provider.Credential
 	// switchedTo is the sibling a usage limit switched to (step 7): the
 	// store picked it in the same round trip that blocked the credential,
-	// so the retry's call uses it without picking again. One call only.
-	switchedTo struct {
-		provider string
-		cred     provider.Credential
-	}
-	fallback *activeFallback
-	probe    heldProbe // the probe of a model this session's next call to it makes
-	waiting  *toolWait // the tool calls the run waits for
+	// so the retry's call uses it without picking again. Or the prompt's
+	// first credential, picked in the start's round trip. One call only.
+	switchedTo pickedCred
+	fallback   *activeFallback
+	probe      heldProbe // the probe of a model this session's next call to it makes
+	waiting    *toolWait // the tool calls the run waits for
 
 	// What the session's model calls spent (persisted with the record),
 	// and what the running prompt's did, and of that what its retries
@@ -596,7 +594,7 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 		errText = s.abortCause.abortError()
 	}
 	s.closeDanglingToolCallsLocked(ctx, promptID)
-	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
+	s.switchedTo = pickedCred{}
 	// Every exit path resolves the gate.
 	s.chain = chain{}
 	// The ending's writes (Finish, then Flush and EndRun) share one bound.
@@ -623,6 +621,15 @@ func (s *Session) run(ctx context.Context, cancel context.CancelFunc, gen uint64
 	s.m.rep.idle(s)
 	close(s.runDone)
 	s.mu.Unlock()
+}
+
+// pickedCred is a credential picked ahead of the call that uses it (see
+// Session.switchedTo); none: the provider has none, and the call goes
+// without one.
+type pickedCred struct {
+	provider string
+	cred     provider.Credential
+	none     bool
 }
 
 // loop runs agent runs until the prompt is done and returns its outcome.
@@ -775,11 +782,11 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 	params, thinkingOff := s.runParams, s.thinkingOff
 	s.streaming = true
 	switched := s.switchedTo
-	s.switchedTo.provider, s.switchedTo.cred = "", provider.Credential{}
+	s.switchedTo = pickedCred{}
 	s.mu.Unlock()
 
 	origin := provider.Origin{Provider: p.Name, Model: req.Model}
-	if s.m.opts.Credentials != nil && switched.provider == p.Name && switched.cred.ID != "" {
+	if s.m.opts.Credentials != nil && switched.provider == p.Name && (switched.cred.ID != "" || switched.none) {
 		req.Credential = switched.cred
 	} else if s.m.opts.Credentials != nil {
 		var prefer string

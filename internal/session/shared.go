@@ -158,8 +158,9 @@ type ControlBus interface {
 // its model call.
 type StartPicker interface {
 	// StartPick is Start plus the pick: Credentials.PickPreferred(ctx,
-	// pick.Tenant, pick.Provider, pick.Prefer). The pick's outcome is Picked; Picked.OK
-	// false (not picked, or it must be made again) leaves it to the call.
+	// pick.Tenant, pick.Provider, pick.Prefer). The pick's outcome is
+	// Picked; neither OK nor None (not picked, the pick failed, or every
+	// credential is blocked) leaves it to the call.
 	StartPick(ctx context.Context, id string, ttl time.Duration, r Run, first *Entry, slot PromptSlot, max int, pick CredentialPick) (StartResult, Picked, error)
 }
 
@@ -168,11 +169,14 @@ type CredentialPick struct {
 	Tenant, Provider, Prefer string
 }
 
-// Picked is the credential StartPick picked (OK: picked, for the
-// prompt's first call).
+// Picked is the credential StartPick picked for the prompt's first call
+// (OK), or that the provider has none (None: PickPreferred's answer
+// without an error and not ok), so that the call goes without one and
+// does not ask again.
 type Picked struct {
 	Credential provider.Credential
 	OK         bool
+	None       bool
 }
 
 // StartResult is what Shared.Start did.
