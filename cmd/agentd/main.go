@@ -131,7 +131,13 @@ func serve(args []string, stderr io.Writer) int {
 			return 1
 		}
 	}
-	a, err := app.New(cfg, log)
+	var opts []app.Option
+	if os.Getenv("GOMAXPROCS") == "" {
+		// One P while the load is light (see the README's "Performance");
+		// an operator's GOMAXPROCS stays as set.
+		opts = append(opts, app.WithAdaptiveProcs())
+	}
+	a, err := app.New(cfg, log, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "agentd serve: %v\n", err)
 		return 1

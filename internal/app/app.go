@@ -46,9 +46,10 @@ type App struct {
 type Option func(*settings)
 
 type settings struct {
-	now        func() time.Time
-	tracing    *telemetry.Tracing
-	serverOpts []server.Option
+	now           func() time.Time
+	tracing       *telemetry.Tracing
+	serverOpts    []server.Option
+	adaptiveProcs bool
 }
 
 // WithClock sets the clock of the time that becomes data: event and history
@@ -62,6 +63,14 @@ func WithClock(now func() time.Time) Option {
 // tracer provider that exports nowhere). The caller shuts tr down.
 func WithTracing(tr *telemetry.Tracing) Option {
 	return func(s *settings) { s.tracing = tr }
+}
+
+// WithAdaptiveProcs runs agentd on one P while it uses little CPU and on
+// the runtime's default as soon as one is not enough (procs.go). It sets
+// the whole process's GOMAXPROCS: agentd serve asks for it (unless the
+// environment sets GOMAXPROCS), tests and embedders do not.
+func WithAdaptiveProcs() Option {
+	return func(s *settings) { s.adaptiveProcs = true }
 }
 
 // WithServerOptions passes opts to server.New (tests and benchmarks).
@@ -203,6 +212,10 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (_ *App, err erro
 	stopReclaim := startReclaimer(func() int { return sessions.Count() + sessions.Subscribers() + srv.Connections() },
 		func() { closeIdleConnections(providers); sessions.ShedIdleWorkers() })
 	a.undo = append(a.undo, func(context.Context) error { stopReclaim(); return nil })
+	if set.adaptiveProcs {
+		stopProcs := startAdaptiveProcs()
+		a.undo = append(a.undo, func(context.Context) error { stopProcs(); return nil })
+	}
 	return a, nil
 }
 
