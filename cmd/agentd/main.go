@@ -133,8 +133,8 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	var opts []app.Option
 	if os.Getenv("GOMAXPROCS") == "" {
-		// One P while the load is light (see the README's "Performance");
-		// an operator's GOMAXPROCS stays as set.
+		// One P while the load is light (the README's paragraph of that
+		// name); an operator's GOMAXPROCS stays as set.
 		opts = append(opts, app.WithAdaptiveProcs())
 	}
 	a, err := app.New(cfg, log, opts...)
