@@ -31,11 +31,11 @@ import (
 //     in which more than procsSlowShare of the goroutines that ran waited
 //     longer than procsSlowWait, restores the default at once;
 //   - at the default, procsLowerAfter intervals in a row under
-//     procsLowerBusy of a CPU (and no slow waits) go back to one P.
+//     procsLowerBusy of a CPU (and without slow waits) go back to one P.
 //
 // The gap between the two thresholds and the delay before lowering keep a
-// steady load from switching back and forth; a switch stops the world for
-// a few microseconds. An operator who sets GOMAXPROCS in the environment
+// steady load from switching back and forth (a switch stops the world,
+// briefly). An operator who sets GOMAXPROCS in the environment
 // keeps it: agentd serve adapts only when the variable is unset.
 const (
 	procsEvery      = 100 * time.Millisecond
