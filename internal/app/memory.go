@@ -92,11 +92,19 @@ func reclaimMemory(ctx context.Context, every time.Duration, read func() (free, 
 // startReclaimer runs reclaimMemory until stop is called; shed closes the
 // providers' idle connections.
 func startReclaimer(load func() int, shed func()) (stop func()) {
+	return runBackground(func(ctx context.Context) {
+		reclaimMemory(ctx, reclaimEvery, heapPages, load, shed, debug.FreeOSMemory)
+	})
+}
+
+// runBackground runs f on a goroutine of its own until stop is called,
+// which cancels f's context and waits for f to return.
+func runBackground(f func(ctx context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		reclaimMemory(ctx, reclaimEvery, heapPages, load, shed, debug.FreeOSMemory)
+		f(ctx)
 	}()
 	return func() { cancel(); <-done }
 }

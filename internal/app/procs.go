@@ -29,7 +29,7 @@ import (
 //     for a P, /sched/latencies:seconds);
 //   - on one P, an interval that used procsRaiseBusy of a CPU or more, or
 //     in which more than procsSlowShare of the goroutines that ran waited
-//     longer than procsSlowWait, restores the default at once;
+//     procsSlowWait or longer, restores the default at once;
 //   - at the default, procsLowerAfter intervals in a row under
 //     procsLowerBusy of a CPU (and without slow waits) go back to one P.
 //
@@ -50,8 +50,8 @@ const (
 type procsLoad struct {
 	// busy is the CPU the process used, in CPUs (0.5: half of one).
 	busy float64
-	// slow is the share of the goroutine scheduling waits that were longer
-	// than procsSlowWait (0 when none was counted).
+	// slow is the share of the goroutine scheduling waits of procsSlowWait
+	// or longer (0 when none was counted).
 	slow float64
 }
 
@@ -166,11 +166,6 @@ func startAdaptiveProcs() (stop func()) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		adaptProcs(ctx, procsEvery, newProcsSampler().sample, setProcs)
-	}()
-	return func() { cancel(); <-done }
+	sample := newProcsSampler().sample
+	return runBackground(func(ctx context.Context) { adaptProcs(ctx, procsEvery, sample, setProcs) })
 }
