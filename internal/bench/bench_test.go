@@ -270,6 +270,62 @@ func TestMarkdownAndTargets(t *testing.T) {
 	}
 }
 
+// A round whose sweep had no clean step counts below every rate: three
+// rounds clean up to 200, 100 and none have 100 as their highest clean
+// rate (the median of the two that had one, 150, is a rate no round ran),
+// and the per-chunk target reads the CPU per chunk measured at 100.
+func TestCleanRateCountsRoundsWithout(t *testing.T) {
+	round := func(best, conc float64) Metrics {
+		m := capacityAtFloor()
+		m["rate.200.cpu_us_per_chunk"] = 20
+		m["max_rate.le_10ms"], m["concurrency.le_10ms"], m["concurrency_max.le_10ms"] = best, conc, conc
+		if !finite(best) {
+			m["concurrency_max.le_10ms"] = 0
+		}
+		return m
+	}
+	res := &Result{Started: time.Now(), Machine: DescribeMachine(), Rounds: 3, Scenarios: map[string]*ScenarioResult{
+		"capacity": {Rounds: []Metrics{round(200, 250), round(100, 127), round(math.NaN(), math.NaN())}},
+	}}
+	for _, s := range res.Scenarios {
+		s.Aggregate = Aggregate(s.Rounds)
+	}
+	if a := res.agg("capacity", "max_rate.le_10ms"); a.Median != 150 {
+		t.Fatalf("the aggregate's median %v: the case this test is about is gone", a.Median)
+	}
+	if m, missing := cleanRate(res.agg("capacity", "max_rate.le_10ms")); m != 100 || missing != 1 {
+		t.Fatalf("cleanRate = %v, %d missing; want 100, 1", m, missing)
+	}
+	if m, _ := cleanRate(Agg{Rounds: []float64{100, math.NaN(), math.NaN()}}); finite(m) {
+		t.Fatalf("cleanRate with two rounds of three without a clean rate = %v, want none", m)
+	}
+	if m, _ := cleanRate(Agg{Rounds: []float64{100, 300}}); m != 100 {
+		t.Fatalf("cleanRate of an even count = %v, want the lower middle, 100", m)
+	}
+	res.Targets = evaluateTargets(res)
+	found := 0
+	for _, tg := range res.Targets {
+		switch tg.Name {
+		case "agentd CPU per relayed chunk (capacity)":
+			found++
+			if tg.Value != "30.0 µs" || !strings.Contains(tg.Note, "at 100 prompts/s") || tg.Met == nil || !*tg.Met {
+				t.Errorf("per-chunk target: %q (%s), met %v", tg.Value, tg.Note, tg.Met)
+			}
+		case "concurrent streaming sessions with added p99 ≤ 10 ms":
+			found++
+			if !strings.Contains(tg.Note, "highest clean rate 100 prompts/s") || tg.Value != "127" {
+				t.Errorf("concurrency target: %q (%s)", tg.Value, tg.Note)
+			}
+		}
+	}
+	if found != 2 {
+		t.Fatalf("%d of the 2 targets found", found)
+	}
+	if md := Markdown(res); !strings.Contains(md, "| 10 ms | 100 <sub>[none–200]</sub> | 127 <sub>[none–250]</sub> |") {
+		t.Errorf("markdown's clean-rate table:\n%s", md)
+	}
+}
+
 func TestStores(t *testing.T) {
 	for _, c := range []struct {
 		in   []string

@@ -136,7 +136,7 @@ func evaluateTargets(r *Result) []Target {
 	})
 	each(func(v storeView) {
 		capChunk, capRate := math.NaN(), ""
-		if rate := v.med("capacity", "max_rate.le_10ms"); finite(rate) {
+		if rate, _ := cleanRate(v.agg("capacity", "max_rate.le_10ms")); finite(rate) {
 			capChunk = v.med("capacity", fmt.Sprintf("rate.%g.cpu_us_per_chunk", rate))
 			capRate = fmt.Sprintf("at %g prompts/s, one subscriber per stream, the prompt's own work included", rate)
 			if x := v.med("capacity", fmt.Sprintf("rate.%g.redis_server_cpu_us_per_chunk", rate)); finite(x) {
@@ -161,7 +161,7 @@ func evaluateTargets(r *Result) []Target {
 	}
 	each(func(v storeView) {
 		note := "no clean rate"
-		if r := v.med("capacity", "max_rate.le_10ms"); finite(r) {
+		if r, _ := cleanRate(v.agg("capacity", "max_rate.le_10ms")); finite(r) {
 			note = fmt.Sprintf("highest clean rate %g prompts/s", r)
 		}
 		if hi := v.med("capacity", "floor_high.rate"); finite(hi) {
@@ -579,11 +579,52 @@ func mdCapacity(b *strings.Builder, r *Result) {
 	for _, lim := range []string{"1", "5", "10", "50"} {
 		fmt.Fprintf(b, "| %s ms |", lim)
 		for _, v := range stores {
-			fmt.Fprintf(b, " %s | %s |", f(v.agg("capacity", "max_rate.le_"+lim+"ms"), "%.0f"), f(v.agg("capacity", "concurrency.le_"+lim+"ms"), "%.0f"))
+			fmt.Fprintf(b, " %s | %s |", fCleanRate(v.agg("capacity", "max_rate.le_"+lim+"ms")), fCleanRate(v.agg("capacity", "concurrency.le_"+lim+"ms")))
 		}
 		fmt.Fprintf(b, "\n")
 	}
 	fmt.Fprintf(b, "\n")
+}
+
+// cleanRate is the median over the rounds of a highest clean rate (or of
+// the concurrency at it), a round without a clean rate counted below every
+// rate. Aggregate skips such a round, so that its median of the others
+// would overstate the rate and, on an even count, fall between two rates
+// the sweep ran (whose CPU per chunk no round measured). This median is the
+// lower middle: a value a round measured, or NaN when it falls on a round
+// without a clean rate. missing counts those rounds.
+func cleanRate(a Agg) (median float64, missing int) {
+	if len(a.Rounds) == 0 {
+		return a.Median, 0
+	}
+	vals := make([]float64, len(a.Rounds))
+	for i, v := range a.Rounds {
+		if !finite(v) {
+			v, missing = math.Inf(-1), missing+1
+		}
+		vals[i] = v
+	}
+	slices.Sort(vals)
+	if m := vals[(len(vals)-1)/2]; finite(m) {
+		return m, missing
+	}
+	return math.NaN(), missing
+}
+
+// fCleanRate writes cleanRate's median with the rounds' range, "none" for
+// its low end when a round had no clean rate: "100 [none–200]".
+func fCleanRate(a Agg) string {
+	m, missing := cleanRate(a)
+	if !finite(m) {
+		return "–"
+	}
+	s := fmt.Sprintf("%.0f", m)
+	if lo := fmt.Sprintf("%.0f", a.Min); missing > 0 {
+		s += " <sub>[none–" + fmt.Sprintf("%.0f", a.Max) + "]</sub>"
+	} else if a.Min != a.Max {
+		s += " <sub>[" + lo + "–" + fmt.Sprintf("%.0f", a.Max) + "]</sub>"
+	}
+	return s
 }
 
 // mdAfterLoad writes agentd's RSS after its capacity steps against its
