@@ -619,10 +619,11 @@ func fCleanRate(a Agg) string {
 		return "–"
 	}
 	s := fmt.Sprintf("%.0f", m)
-	if lo := fmt.Sprintf("%.0f", a.Min); missing > 0 {
-		s += " <sub>[none–" + fmt.Sprintf("%.0f", a.Max) + "]</sub>"
-	} else if a.Min != a.Max {
-		s += " <sub>[" + lo + "–" + fmt.Sprintf("%.0f", a.Max) + "]</sub>"
+	switch {
+	case missing > 0:
+		s += fmt.Sprintf(" <sub>[none–%.0f]</sub>", a.Max)
+	case a.Min != a.Max:
+		s += fmt.Sprintf(" <sub>[%.0f–%.0f]</sub>", a.Min, a.Max)
 	}
 	return s
 }
