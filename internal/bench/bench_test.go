@@ -302,6 +302,18 @@ func TestCleanRateCountsRoundsWithout(t *testing.T) {
 	if m, _ := cleanRate(Agg{Rounds: []float64{100, 300}}); m != 100 {
 		t.Fatalf("cleanRate of an even count = %v, want the lower middle, 100", m)
 	}
+	for _, c := range []struct {
+		a    Agg
+		want string
+	}{
+		{Aggregate([]Metrics{{"r": 100}, {"r": 300}, {"r": 200}})["r"], "200 <sub>[100–300]</sub>"},
+		{Aggregate([]Metrics{{"r": 200}, {"r": 200}})["r"], "200"},
+		{Aggregate([]Metrics{{"r": 100}, {}, {}})["r"], "–"},
+	} {
+		if got := fCleanRate(c.a); got != c.want {
+			t.Errorf("fCleanRate(%v) = %q, want %q", c.a.Rounds, got, c.want)
+		}
+	}
 	res.Targets = evaluateTargets(res)
 	found := 0
 	for _, tg := range res.Targets {
