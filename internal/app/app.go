@@ -156,7 +156,7 @@ func New(cfg *config.Config, log *slog.Logger, opts ...Option) (_ *App, err erro
 	sessions := session.NewManager(session.Options{
 		Providers:         providers,
 		Retry:             retrySettings,
-		Credentials:       meteredCredentials{store: st.creds, backend: cfg.Store.Backend, metrics: m},
+		Credentials:       newMeteredCredentials(st.creds, cfg.Store.Backend, m),
 		Cooldowns:         probingCooldowns{cooldownRegistry: st.cooldowns, metrics: m},
 		Budget:            budget,
 		Observer:          m,

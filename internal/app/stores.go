@@ -107,7 +107,7 @@ func openStores(cfg *config.Config, log *slog.Logger, m *metrics.Metrics, now fu
 		}
 		st.sharedStore = shared
 		st.closers = append(st.closers, shared.Close)
-		st.shared = startPicker{Redis: shared, creds: creds, metrics: m}
+		st.shared = startPicker{Redis: shared, creds: creds, picks: m.StoreSeries("redis", "pick")}
 	default:
 		st.creds = credstore.NewMemory(credstore.MemoryOptions{Now: now})
 		st.closers = append(st.closers, st.creds.Close)
@@ -215,6 +215,11 @@ type meteredCredentials struct {
 	store   credstore.Store
 	backend string
 	metrics *metrics.Metrics
+	picks   metrics.StoreSeries // the backend's "pick" series, counted on every model call
+}
+
+func newMeteredCredentials(store credstore.Store, backend string, m *metrics.Metrics) meteredCredentials {
+	return meteredCredentials{store: store, backend: backend, metrics: m, picks: m.StoreSeries(backend, "pick")}
 }
 
 var _ session.Pacer = meteredCredentials{}
@@ -222,7 +227,7 @@ var _ session.Pacer = meteredCredentials{}
 // PickPreferred implements session.Credentials.
 func (a meteredCredentials) PickPreferred(ctx context.Context, tenant, providerName, prefer string) (c provider.Credential, ok bool, err error) {
 	c, ok, err = a.store.PickPreferred(ctx, tenant, providerName, prefer)
-	a.metrics.StoreOp(a.backend, "pick", ignoreAllBlocked(err))
+	a.picks.Count(ignoreAllBlocked(err))
 	return c, ok, err
 }
 
@@ -298,8 +303,8 @@ func (st *stores) refreshGauges(ctx context.Context, m *metrics.Metrics, provide
 // client) in the start's pipeline: one round trip before the model call.
 type startPicker struct {
 	*sessionstore.Redis
-	creds   *credstore.Redis
-	metrics *metrics.Metrics
+	creds *credstore.Redis
+	picks metrics.StoreSeries // the "pick" series of the Redis backend
 }
 
 var _ session.StartPicker = startPicker{}
@@ -322,9 +327,9 @@ func (p startPicker) StartPick(ctx context.Context, id string, ttl time.Duration
 	if !ok {
 		// The provider has no credential: its call goes without one, as
 		// the call's own pick would have it.
-		p.metrics.StoreOp("redis", "pick", nil)
+		p.picks.Count(nil)
 		return res, session.Picked{None: true}, nil
 	}
-	p.metrics.StoreOp("redis", "pick", nil)
+	p.picks.Count(nil)
 	return res, session.Picked{Credential: c, OK: true}, nil
 }

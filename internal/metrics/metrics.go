@@ -526,9 +526,25 @@ func (m *Metrics) BankedResetRedeemed(provider string) {
 
 // StoreOp counts a credential-store operation and, when err is set, its failure.
 func (m *Metrics) StoreOp(backend, op string, err error) {
+	m.StoreSeries(backend, op).Count(err)
+}
+
+// StoreSeries is one credential-store operation's two series, resolved
+// once by a caller that counts the operation on every prompt (the pick
+// before each model call): WithLabelValues hashes and checks its labels
+// on every call.
+type StoreSeries struct{ ops, errs prometheus.Counter }
+
+// StoreSeries returns the series of op on backend.
+func (m *Metrics) StoreSeries(backend, op string) StoreSeries {
 	op = closed(op, StoreOps)
-	m.StoreOperations.WithLabelValues(backend, op).Inc()
+	return StoreSeries{ops: m.StoreOperations.WithLabelValues(backend, op), errs: m.StoreErrors.WithLabelValues(backend, op)}
+}
+
+// Count counts one operation and, when err is set, its failure.
+func (s StoreSeries) Count(err error) {
+	s.ops.Inc()
 	if err != nil {
-		m.StoreErrors.WithLabelValues(backend, op).Inc()
+		s.errs.Inc()
 	}
 }

@@ -70,15 +70,16 @@ func (a *authenticator) authenticate(ctx context.Context, fullMethod string) (co
 	if publicMethod(fullMethod) {
 		return withCaller(ctx, caller{tenant: LocalTenant}), nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
 	// A browser's stream ticket, checked by the HTTP face (see grant.go).
-	if gctx, ok, err := authenticateGrant(ctx, fullMethod, md); ok {
+	// Both keys are read in place: metadata.FromIncomingContext would copy
+	// the call's whole metadata (a map, a slice per key) on every call.
+	if gctx, ok, err := authenticateGrant(ctx, fullMethod, metadata.ValueFromIncomingContext(ctx, token.GrantKey)); ok {
 		return gctx, err
 	}
 	if len(a.tokens) == 0 {
 		return withCaller(ctx, localCaller), nil
 	}
-	vals := md.Get("authorization")
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	if len(vals) == 0 {
 		return nil, errNoToken
 	}

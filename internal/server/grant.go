@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -33,9 +32,8 @@ type grantSessionKey struct{}
 
 // authenticateGrant admits a call that carries a stream grant: StreamEvents
 // only, as the grant's tenant, for the grant's session only (checked on the
-// request by grantStream).
-func authenticateGrant(ctx context.Context, fullMethod string, md metadata.MD) (context.Context, bool, error) {
-	vals := md.Get(token.GrantKey)
+// request by grantStream). vals are the call's values of token.GrantKey.
+func authenticateGrant(ctx context.Context, fullMethod string, vals []string) (context.Context, bool, error) {
 	if len(vals) == 0 {
 		return ctx, false, nil
 	}

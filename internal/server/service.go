@@ -247,14 +247,12 @@ func (a *agentService) subscribeHere(ctx context.Context, req *agentdv1.StreamEv
 	after := req.GetAfterSeq()
 	if after == 0 {
 		// SSE reconnects carry Last-Event-ID (forwarded as metadata).
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			if v := md.Get(lastEventIDKey); len(v) > 0 && v[0] != "" {
-				n, err := strconv.ParseUint(strings.TrimSpace(v[0]), 10, 64)
-				if err != nil {
-					return nil, convert.InvalidArg("Last-Event-ID", "%q is not an event seq", v[0])
-				}
-				after = n
+		if v := metadata.ValueFromIncomingContext(ctx, lastEventIDKey); len(v) > 0 && v[0] != "" {
+			n, err := strconv.ParseUint(strings.TrimSpace(v[0]), 10, 64)
+			if err != nil {
+				return nil, convert.InvalidArg("Last-Event-ID", "%q is not an event seq", v[0])
 			}
+			after = n
 		}
 	}
 	sub, err := s.Subscribe(ctx, after)
