@@ -60,11 +60,11 @@ func FuzzStreamGrant(f *testing.F) {
 		if mt, ms, err := token.ParseGrant(mutated, now); err == nil && (mt != tenant || ms != sessionID) {
 			t.Fatalf("edited grant %q (of %q for %q %q) read as %q %q", mutated, g, tenant, sessionID, mt, ms)
 		}
-		md := metadata.Pairs(token.GrantKey, mutated).Get(token.GrantKey)
-		if _, ok, err := authenticateGrant(context.Background(), "/agentd.v1.AgentService/Prompt", md); !ok || status.Code(err) != codes.Unauthenticated {
+		vals := metadata.Pairs(token.GrantKey, mutated).Get(token.GrantKey)
+		if _, ok, err := authenticateGrant(context.Background(), "/agentd.v1.AgentService/Prompt", vals); !ok || status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("a grant on Prompt: %v %v", ok, err)
 		}
-		ctx, ok, err := authenticateGrant(context.Background(), streamEventsRPC, md)
+		ctx, ok, err := authenticateGrant(context.Background(), streamEventsRPC, vals)
 		if !ok {
 			t.Fatalf("a grant was not taken for one")
 		}
