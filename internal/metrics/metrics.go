@@ -526,7 +526,11 @@ func (m *Metrics) BankedResetRedeemed(provider string) {
 
 // StoreOp counts a credential-store operation and, when err is set, its failure.
 func (m *Metrics) StoreOp(backend, op string, err error) {
-	m.StoreSeries(backend, op).Count(err)
+	op = closed(op, StoreOps)
+	m.StoreOperations.WithLabelValues(backend, op).Inc()
+	if err != nil {
+		m.StoreErrors.WithLabelValues(backend, op).Inc()
+	}
 }
 
 // StoreSeries is one credential-store operation's two series, resolved
