@@ -174,7 +174,7 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 	}
 	eventsID, isEvents := sessionRoute(r.URL.Path, "/events")
 	isEvents = isEvents && r.Method == http.MethodGet
-	q := r.URL.Query()
+	q := queryOf(r)
 	// The token first: nothing of an unauthenticated request's body is
 	// read. (A ticket is checked below; the gRPC interceptors check again.)
 	if a.auth.required() && !q.Has("ticket") {
@@ -214,7 +214,7 @@ func (a *webAPI) route(w http.ResponseWriter, r *http.Request) webRoute {
 			a.fail(w, r, err)
 			return webRoute{kind: routeDone}
 		}
-		if q := r.URL.Query(); q.Has("stream") {
+		if q := queryOf(r); q.Has("stream") {
 			q.Del("stream")
 			r = withQuery(r, q)
 		}
@@ -361,8 +361,17 @@ func resumeFromLastEventID(r *http.Request) (*http.Request, error) {
 // promptStartWanted reports whether a prompt request asks to return once the
 // prompt is accepted: ?stream=false, or Accept: application/json without
 // text/event-stream.
+// queryOf is r's query, parsed; nil (nothing parsed, nothing allocated)
+// when the URL has none. Only read a nil one (Has, Get) or Del from it.
+func queryOf(r *http.Request) url.Values {
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	return r.URL.Query()
+}
+
 func promptStartWanted(r *http.Request) (bool, error) {
-	q := r.URL.Query()
+	q := queryOf(r)
 	if q.Has("stream") {
 		switch strings.ToLower(q.Get("stream")) {
 		case "false", "0":

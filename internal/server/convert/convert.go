@@ -248,9 +248,9 @@ func jsonValue(raw json.RawMessage) *structpb.Value {
 }
 
 // Events maps the session events of one stream onto the API's, reusing
-// the API event, its time and its message_update payload from one call to
-// the next: a stream's steady state, a delta after a delta, allocates
-// nothing. A result is valid until the next call; the stream encodes it
+// the API event and its time for every event, and the message_update
+// payload from one call to the next: a stream's steady state, a delta
+// after a delta, allocates nothing, and any other event only its payload. A result is valid until the next call; the stream encodes it
 // before (gRPC's SendMsg encodes synchronously, and the server registers
 // no stats handler, which could keep a message). The zero value is ready.
 type Events struct {
@@ -263,11 +263,13 @@ type Events struct {
 
 // Proto is EventToProto(e), in b's buffers for a message_update.
 func (b *Events) Proto(e *session.Event) *agentdv1.Event {
-	if e.Type != session.EventMessageUpdate {
-		return EventToProto(e)
-	}
 	b.ts.Reset()
 	b.ts.Seconds, b.ts.Nanos = e.Time.Unix(), int32(e.Time.Nanosecond())
+	if e.Type != session.EventMessageUpdate {
+		b.ev.Reset()
+		eventInto(&b.ev, &b.ts, e)
+		return &b.ev
+	}
 	b.upd.Reset()
 	b.upd.TextDelta, b.upd.ThinkingDelta = e.TextDelta, e.ThinkingDelta
 	if d := e.ToolCallDelta; d != nil {
@@ -284,7 +286,14 @@ func (b *Events) Proto(e *session.Event) *agentdv1.Event {
 
 // EventToProto maps a session event onto the API's Event.
 func EventToProto(e *session.Event) *agentdv1.Event {
-	out := &agentdv1.Event{SessionId: e.SessionID, Seq: e.Seq, Time: timestamppb.New(e.Time), Type: e.Type, PromptId: e.PromptID}
+	out := new(agentdv1.Event)
+	eventInto(out, timestamppb.New(e.Time), e)
+	return out
+}
+
+// eventInto fills out, a zero Event, with e, at ts (e's time).
+func eventInto(out *agentdv1.Event, ts *timestamppb.Timestamp, e *session.Event) {
+	out.SessionId, out.Seq, out.Time, out.Type, out.PromptId = e.SessionID, e.Seq, ts, e.Type, e.PromptID
 	switch e.Type {
 	case session.EventAgentStart:
 		out.Payload = &agentdv1.Event_AgentStart{AgentStart: &agentdv1.AgentStart{PromptId: e.PromptID}}
@@ -332,7 +341,6 @@ func EventToProto(e *session.Event) *agentdv1.Event {
 		out.Payload = &agentdv1.Event_PromptEnd{PromptEnd: &agentdv1.PromptEnd{Outcome: e.Outcome, Error: e.Error,
 			Usage: usageToProto(e.Usage), RetryUsage: usageToProto(e.RetryUsage), CostUsd: e.CostUSD, RetryCostUsd: e.RetryCostUSD}}
 	}
-	return out
 }
 
 // EntryToProto maps a history entry onto the API's Message.

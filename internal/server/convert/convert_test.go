@@ -51,3 +51,17 @@ func TestEventsDeltaAllocatesNothing(t *testing.T) {
 		t.Fatal("no delta converted")
 	}
 }
+
+// Any other event reuses the event and its time: only its payload is
+// allocated (the wrapper and the message).
+func TestEventsOtherEventAllocatesItsPayloadOnly(t *testing.T) {
+	e := session.Event{SessionID: "ses_a", Seq: 1, Time: time.Now(), Type: session.EventAgentStart, PromptID: "p1"}
+	var b Events
+	var sink int
+	if n := testing.AllocsPerRun(100, func() { sink += len(b.Proto(&e).GetAgentStart().GetPromptId()) }); n > 2 {
+		t.Fatalf("agent_start's conversion: %v allocations, want at most 2", n)
+	}
+	if sink == 0 {
+		t.Fatal("no agent_start converted")
+	}
+}
