@@ -271,15 +271,16 @@ func (a *agentService) subscribeHere(ctx context.Context, req *agentdv1.StreamEv
 // SSE (sse_stream.go) gets its events as shared SSE frames and its pings
 // from this loop: no goroutine of its own.
 func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], prompt bool, last func(*session.Event) bool) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// No goroutine per stream: the drain cancels it through a callback.
-	defer context.AfterFunc(a.drain, cancel)()
-	next := sub.NextRef
+	// The wait for an event ends with the stream's context or the server's
+	// drain: no context, callback or goroutine of its own per stream.
+	drained := a.drain.Done()
+	next := func(ctx context.Context) (*session.Event, error) { return sub.NextRefOr(ctx, drained, nil) }
 	var protos *convert.Events // a gRPC stream's, on its first event
 	sse := sseStreamOf(stream.Context())
 	if sse != nil {
-		next = sse.pinging(sub)
+		var stop func()
+		next, stop = sse.pinging(sub, drained)
+		defer stop()
 	}
 	for {
 		e, err := next(ctx)
@@ -289,7 +290,7 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 			return status.Error(codes.Unavailable, "the session was deleted or the server stopped before the prompt ended")
 		case errors.Is(err, session.ErrLogClosed):
 			return errLogClosed
-		case err != nil && ctx.Err() != nil && stream.Context().Err() == nil:
+		case errors.Is(err, session.ErrWaitStopped):
 			return status.Error(codes.Unavailable, "server is shutting down; resume with after_seq")
 		case err != nil:
 			return convert.ToStatus(err)

@@ -374,40 +374,50 @@ func (s *sseStream) ping() error {
 	return s.write([]byte(": ping\n\n"), false)
 }
 
-// pinging returns sub.Next for forward: while it waits, the stream is pinged
-// after each heartbeat interval of silence. The wait's deadline is re-armed
-// only when it passes (at most once per interval), not per event.
+// pinging returns sub.NextRefOr for forward (its wait also ended by stop,
+// the server's drain): while it waits, the stream is pinged after each
+// heartbeat interval of silence. The timer is re-armed only when it has
+// passed (at most once per interval), not per event; done stops it.
 //
-// No timer writes: the wait is a context deadline (its timer only cancels
-// the wait), and the ping is written here, by the handler's goroutine. The
-// wait derives from ctx, so it ends with forward at the latest.
-func (s *sseStream) pinging(sub *session.Subscription) func(context.Context) (*session.Event, error) {
+// No timer writes: the timer only ends the wait, and the ping is written
+// here, by the handler's goroutine.
+func (s *sseStream) pinging(sub *session.Subscription, stop <-chan struct{}) (next func(context.Context) (*session.Event, error), done func()) {
 	s.sub = sub
-	var wait context.Context
-	var stop context.CancelFunc
-	return func(ctx context.Context) (*session.Event, error) {
+	var t *time.Timer
+	var due time.Time // when t fires; zero: not armed
+	next = func(ctx context.Context) (*session.Event, error) {
 		for {
-			if wait == nil {
-				wait, stop = context.WithDeadline(ctx, s.last.Add(s.heartbeat))
+			if !due.IsZero() && !time.Now().Before(due) {
+				// It fired, its tick taken or not (a wait that ended
+				// with an event as it fired): arm it again. (A Reset
+				// timer never delivers an earlier setting's tick.)
+				due = time.Time{}
 			}
-			e, err := sub.NextRef(wait)
-			if err == nil {
-				return e, nil
+			if due.IsZero() {
+				due = s.last.Add(s.heartbeat)
+				if t == nil {
+					t = time.NewTimer(time.Until(due))
+				} else {
+					t.Reset(time.Until(due))
+				}
 			}
-			timedOut := errors.Is(err, context.DeadlineExceeded) && wait.Err() != nil && ctx.Err() == nil
-			stop()
-			wait = nil
-			if !timedOut {
+			e, err := sub.NextRefOr(ctx, stop, t.C)
+			if !errors.Is(err, session.ErrWaitExpired) {
 				return e, err
 			}
-			// The wait passed its deadline; it may be stale (a frame was
-			// written since it was armed): ping only after a full interval
-			// of silence.
+			due = time.Time{}
+			// The timer may be stale (a frame was written since it was
+			// armed): ping only after a full interval of silence.
 			if time.Since(s.last) >= s.heartbeat {
 				if err := s.ping(); err != nil {
 					return nil, err
 				}
 			}
+		}
+	}
+	return next, func() {
+		if t != nil {
+			t.Stop()
 		}
 	}
 }

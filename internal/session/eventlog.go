@@ -491,8 +491,24 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 // until the next call (a reader forwarding events keeps its stack small:
 // an Event is several hundred bytes).
 func (s *Subscription) NextRef(ctx context.Context) (*Event, error) {
+	return s.NextRefOr(ctx, nil, nil)
+}
+
+// ErrWaitStopped is what NextRefOr returns when its stop channel closed
+// before an event came; ErrWaitExpired, when its timer fired.
+var (
+	ErrWaitStopped = errors.New("session: the wait for an event was stopped")
+	ErrWaitExpired = errors.New("session: the wait for an event expired")
+)
+
+// NextRefOr is NextRef that also ends its wait, with ErrWaitStopped, when
+// stop is closed, or with ErrWaitExpired when timer fires (either may be
+// nil: never). A reader that waits on its own context, a server's drain
+// and a heartbeat's timer needs neither a context of its own for the
+// drain nor one per heartbeat. An event already there is returned first.
+func (s *Subscription) NextRefOr(ctx context.Context, stop <-chan struct{}, timer <-chan time.Time) (*Event, error) {
 	for len(s.buf) == 0 {
-		if err := s.fill(ctx); err != nil {
+		if err := s.fill(ctx, stop, timer); err != nil {
 			return nil, err
 		}
 	}
@@ -507,8 +523,9 @@ func (s *Subscription) NextRef(ctx context.Context) (*Event, error) {
 // flushes once the batch is out, not after each.
 func (s *Subscription) Buffered() int { return len(s.buf) }
 
-// fill copies every held event after the cursor, or waits for one.
-func (s *Subscription) fill(ctx context.Context) error {
+// fill copies every held event after the cursor, or waits for one (see
+// NextRefOr for stop and timer).
+func (s *Subscription) fill(ctx context.Context, stop <-chan struct{}, timer <-chan time.Time) error {
 	l := s.log
 	l.mu.Lock()
 	if oldest := l.oldestLocked(); s.after+1 < oldest {
@@ -552,24 +569,29 @@ func (s *Subscription) fill(ctx context.Context) error {
 	if hook := testHookWait.Load(); hook != nil {
 		(*hook)(l)
 	}
+	var ended error
 	select {
 	case <-wake:
 		return nil
 	case <-ctx.Done():
-		l.mu.Lock()
-		l.unwaitLocked(s)
-		// An event that came while the reader waited is read before the
-		// end of its context shows: select picks at random when both are
-		// ready, and a server draining (it ends its streams' contexts
-		// once every prompt has ended) would otherwise end a stream
-		// without its prompt_end.
-		ready := l.visibleLocked() > s.after
-		l.mu.Unlock()
-		if ready {
-			return nil
-		}
-		return ctx.Err()
+		ended = ctx.Err()
+	case <-stop:
+		ended = ErrWaitStopped
+	case <-timer:
+		ended = ErrWaitExpired
 	}
+	l.mu.Lock()
+	l.unwaitLocked(s)
+	// An event that came while the reader waited is read before the end of
+	// its wait shows: select picks at random when both are ready, and a
+	// server draining (it ends its streams' contexts once every prompt has
+	// ended) would otherwise end a stream without its prompt_end.
+	ready := l.visibleLocked() > s.after
+	l.mu.Unlock()
+	if ready {
+		return nil
+	}
+	return ended
 }
 
 // testHookWait, when set (by tests only), runs as a reader is about to

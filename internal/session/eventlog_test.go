@@ -263,6 +263,60 @@ func TestEventLogReadsWhatCameBeforeItsContextEnded(t *testing.T) {
 	}
 }
 
+// NextRefOr's stop channel and timer end a wait as its context does: with
+// ErrWaitStopped and ErrWaitExpired, and never before an event that came
+// while the reader was about to wait.
+func TestEventLogWaitEndsWithStopOrTimer(t *testing.T) {
+	l := newEventLog("s", 1024, time.Now, nil)
+	sub, err := l.subscribe(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ctx := testkit.ContextFor(t, 10*time.Second)
+	stopped := make(chan struct{})
+	close(stopped)
+	fired := make(chan time.Time, 1)
+	fired <- time.Now()
+	if _, err := sub.NextRefOr(ctx, stopped, nil); !errors.Is(err, ErrWaitStopped) {
+		t.Fatalf("a wait on a closed stop channel = %v, want ErrWaitStopped", err)
+	}
+	if _, err := sub.NextRefOr(ctx, nil, fired); !errors.Is(err, ErrWaitExpired) {
+		t.Fatalf("a wait on a fired timer = %v, want ErrWaitExpired", err)
+	}
+	if waiting(l, sub) {
+		t.Fatal("the reader is still among the log's waiting ones after its wait ended")
+	}
+	// An event published as the wait ends is read first, whichever ends it.
+	for i, ends := range []func(){
+		func() {},                      // stop: closed already
+		func() { fired <- time.Now() }, // the timer
+	} {
+		hook := func(at *eventLog) {
+			if at == l {
+				l.publish(Event{Type: EventMessageUpdate, TextDelta: "x"})
+				ends()
+			}
+		}
+		testHookWait.Store(&hook)
+		var e *Event
+		if i == 0 {
+			e, err = sub.NextRefOr(ctx, stopped, nil)
+		} else {
+			e, err = sub.NextRefOr(ctx, nil, fired)
+		}
+		testHookWait.Store(nil)
+		if err != nil || e.TextDelta != "x" {
+			t.Fatalf("case %d: NextRefOr = %+v, %v; want the event published before the wait ended", i, e, err)
+		}
+	}
+	// Neither set: it waits for the event, as NextRef does.
+	go l.publish(Event{Type: EventAgentEnd})
+	if e, err := sub.NextRefOr(ctx, nil, nil); err != nil || e.Type != EventAgentEnd {
+		t.Fatalf("NextRefOr with neither = %+v, %v", e, err)
+	}
+}
+
 // A log whose copy of its events was let go (release) takes its arrays
 // back from ringBufs as its next prompt's events come: a session prompted
 // now and then allocates nothing for its log, prompt after prompt.
