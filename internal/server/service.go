@@ -199,9 +199,13 @@ func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream gr
 	return err
 }
 
-// errLogClosed: forward's subscription ended with the session's event log
-// (not a prompt's stream).
-var errLogClosed = errors.New("event log closed")
+var (
+	// errLogClosed: forward's subscription ended with the session's event
+	// log (not a prompt's stream).
+	errLogClosed = errors.New("event log closed")
+	// errDrained ends forward's wait for an event when the server drains.
+	errDrained = errors.New("server draining")
+)
 
 // logClosed is how StreamEvents ends when the session's event log closed:
 // with NOT_FOUND when the session is gone (deleted here or on another
@@ -271,15 +275,16 @@ func (a *agentService) subscribeHere(ctx context.Context, req *agentdv1.StreamEv
 // SSE (sse_stream.go) gets its events as shared SSE frames and its pings
 // from this loop: no goroutine of its own.
 func (a *agentService) forward(ctx context.Context, sub *session.Subscription, stream grpc.ServerStreamingServer[agentdv1.Event], prompt bool, last func(*session.Event) bool) error {
-	// The wait for an event ends with the stream's context or the server's
-	// drain: no context, callback or goroutine of its own per stream.
-	drained := a.drain.Done()
-	next := func(ctx context.Context) (*session.Event, error) { return sub.NextRefOr(ctx, drained, nil) }
+	// The wait for an event ends with the stream's context, or with the
+	// server's drain through a callback (no goroutine per stream, and no
+	// context of its own: the wait stays on two channels).
+	defer context.AfterFunc(a.drain, func() { sub.Interrupt(errDrained) })()
+	next := sub.NextRef
 	var protos *convert.Events // a gRPC stream's, on its first event
 	sse := sseStreamOf(stream.Context())
 	if sse != nil {
 		var stop func()
-		next, stop = sse.pinging(sub, drained)
+		next, stop = sse.pinging(sub)
 		defer stop()
 	}
 	for {
@@ -290,7 +295,7 @@ func (a *agentService) forward(ctx context.Context, sub *session.Subscription, s
 			return status.Error(codes.Unavailable, "the session was deleted or the server stopped before the prompt ended")
 		case errors.Is(err, session.ErrLogClosed):
 			return errLogClosed
-		case errors.Is(err, session.ErrWaitStopped):
+		case errors.Is(err, errDrained):
 			return status.Error(codes.Unavailable, "server is shutting down; resume with after_seq")
 		case err != nil:
 			return convert.ToStatus(err)

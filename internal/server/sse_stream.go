@@ -374,35 +374,37 @@ func (s *sseStream) ping() error {
 	return s.write([]byte(": ping\n\n"), false)
 }
 
-// pinging returns sub.NextRefOr for forward (its wait also ended by stop,
-// the server's drain): while it waits, the stream is pinged after each
-// heartbeat interval of silence. The timer is re-armed only when it has
-// passed (at most once per interval), not per event; done stops it.
+// pinging returns sub.NextRef for forward: while it waits, the stream is
+// pinged after each heartbeat interval of silence. The timer is re-armed
+// only when it has passed (at most once per interval), not per event; it
+// ends the wait through sub.Interrupt (the wait stays on the reader's two
+// channels); done stops it.
 //
 // No timer writes: the timer only ends the wait, and the ping is written
 // here, by the handler's goroutine.
-func (s *sseStream) pinging(sub *session.Subscription, stop <-chan struct{}) (next func(context.Context) (*session.Event, error), done func()) {
+func (s *sseStream) pinging(sub *session.Subscription) (next func(context.Context) (*session.Event, error), done func()) {
 	s.sub = sub
 	var t *time.Timer
 	var due time.Time // when t fires; zero: not armed
 	next = func(ctx context.Context) (*session.Event, error) {
 		for {
 			if !due.IsZero() && !time.Now().Before(due) {
-				// It fired, its tick taken or not (a wait that ended
-				// with an event as it fired): arm it again. (A Reset
-				// timer never delivers an earlier setting's tick.)
+				// It fired, whether or not its wake-up ended a wait (one
+				// that ended with an event instead is told at the next).
 				due = time.Time{}
 			}
 			if due.IsZero() {
 				due = s.last.Add(s.heartbeat)
 				if t == nil {
-					t = time.NewTimer(time.Until(due))
+					t = time.AfterFunc(time.Until(due), func() { sub.Interrupt(errHeartbeat) })
 				} else {
 					t.Reset(time.Until(due))
 				}
 			}
-			e, err := sub.NextRefOr(ctx, stop, t.C)
-			if !errors.Is(err, session.ErrWaitExpired) {
+			e, err := sub.NextRef(ctx)
+			if !errors.Is(err, errHeartbeat) || errors.Is(err, errDrained) {
+				// An event, or the end of the wait forward handles (the
+				// drain's, even when it came with the timer's).
 				return e, err
 			}
 			due = time.Time{}
@@ -421,6 +423,10 @@ func (s *sseStream) pinging(sub *session.Subscription, stop <-chan struct{}) (ne
 		}
 	}
 }
+
+// errHeartbeat ends a native SSE stream's wait for an event when its
+// heartbeat interval has passed.
+var errHeartbeat = errors.New("heartbeat due")
 
 // finish ends the response after the handler returned err, as
 // runtime.ForwardResponseStream does with the stream's end or error.

@@ -456,6 +456,10 @@ type Subscription struct {
 	// one (0: not waiting). Both are the log's, under its lock.
 	wake   chan struct{}
 	waitAt int
+	// interrupted is what the next wait returns at once, or the current
+	// one ends with (Interrupt), when no event is there to read; under
+	// the log's lock.
+	interrupted error
 }
 
 // eventBufs are the readers' batch arrays.
@@ -491,24 +495,8 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 // until the next call (a reader forwarding events keeps its stack small:
 // an Event is several hundred bytes).
 func (s *Subscription) NextRef(ctx context.Context) (*Event, error) {
-	return s.NextRefOr(ctx, nil, nil)
-}
-
-// ErrWaitStopped is what NextRefOr returns when its stop channel closed
-// before an event came; ErrWaitExpired, when its timer fired.
-var (
-	ErrWaitStopped = errors.New("session: the wait for an event was stopped")
-	ErrWaitExpired = errors.New("session: the wait for an event expired")
-)
-
-// NextRefOr is NextRef that also ends its wait, with ErrWaitStopped, when
-// stop is closed, or with ErrWaitExpired when timer fires (either may be
-// nil: never). A reader that waits on its own context, a server's drain
-// and a heartbeat's timer needs neither a context of its own for the
-// drain nor one per heartbeat. An event already there is returned first.
-func (s *Subscription) NextRefOr(ctx context.Context, stop <-chan struct{}, timer <-chan time.Time) (*Event, error) {
 	for len(s.buf) == 0 {
-		if err := s.fill(ctx, stop, timer); err != nil {
+		if err := s.fill(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -523,9 +511,8 @@ func (s *Subscription) NextRefOr(ctx context.Context, stop <-chan struct{}, time
 // flushes once the batch is out, not after each.
 func (s *Subscription) Buffered() int { return len(s.buf) }
 
-// fill copies every held event after the cursor, or waits for one (see
-// NextRefOr for stop and timer).
-func (s *Subscription) fill(ctx context.Context, stop <-chan struct{}, timer <-chan time.Time) error {
+// fill copies every held event after the cursor, or waits for one.
+func (s *Subscription) fill(ctx context.Context) error {
 	l := s.log
 	l.mu.Lock()
 	if oldest := l.oldestLocked(); s.after+1 < oldest {
@@ -556,6 +543,11 @@ func (s *Subscription) fill(ctx context.Context, stop <-chan struct{}, timer <-c
 		l.mu.Unlock()
 		return ErrLogClosed
 	}
+	if err := s.interrupted; err != nil {
+		s.interrupted = nil
+		l.mu.Unlock()
+		return err
+	}
 	if s.wake == nil {
 		s.wake = make(chan struct{}, 1)
 	}
@@ -569,29 +561,49 @@ func (s *Subscription) fill(ctx context.Context, stop <-chan struct{}, timer <-c
 	if hook := testHookWait.Load(); hook != nil {
 		(*hook)(l)
 	}
-	var ended error
 	select {
 	case <-wake:
 		return nil
 	case <-ctx.Done():
-		ended = ctx.Err()
-	case <-stop:
-		ended = ErrWaitStopped
-	case <-timer:
-		ended = ErrWaitExpired
+		l.mu.Lock()
+		l.unwaitLocked(s)
+		// An event that came while the reader waited is read before the
+		// end of its context shows: select picks at random when both are
+		// ready, and a server draining (it ends its streams' contexts
+		// once every prompt has ended) would otherwise end a stream
+		// without its prompt_end.
+		ready := l.visibleLocked() > s.after
+		l.mu.Unlock()
+		if ready {
+			return nil
+		}
+		return ctx.Err()
 	}
+}
+
+// Interrupt ends the reader's wait for an event, the current one or else
+// the next, with err; an event already there to read, or coming before
+// the wait ends, is read first. A reader that waits on its own context
+// can so also be woken by a server's drain or a heartbeat's timer (their
+// callbacks call it from any goroutine) with no context of their own,
+// and its wait stays a select on two channels. Errors not returned yet
+// are joined (errors.Join): none is lost to a later one.
+func (s *Subscription) Interrupt(err error) {
+	l := s.log
 	l.mu.Lock()
-	l.unwaitLocked(s)
-	// An event that came while the reader waited is read before the end of
-	// its wait shows: select picks at random when both are ready, and a
-	// server draining (it ends its streams' contexts once every prompt has
-	// ended) would otherwise end a stream without its prompt_end.
-	ready := l.visibleLocked() > s.after
-	l.mu.Unlock()
-	if ready {
-		return nil
+	defer l.mu.Unlock()
+	switch {
+	case s.interrupted == nil:
+		s.interrupted = err
+	case !errors.Is(s.interrupted, err):
+		s.interrupted = errors.Join(s.interrupted, err)
 	}
-	return ended
+	if s.waitAt != 0 {
+		// Waiting: off the log's waiting readers, and woken (unwait
+		// leaves its wake channel empty).
+		l.unwaitLocked(s)
+		s.wake <- struct{}{}
+	}
 }
 
 // testHookWait, when set (by tests only), runs as a reader is about to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -263,10 +264,10 @@ func TestEventLogReadsWhatCameBeforeItsContextEnded(t *testing.T) {
 	}
 }
 
-// NextRefOr's stop channel and timer end a wait as its context does: with
-// ErrWaitStopped and ErrWaitExpired, and never before an event that came
-// while the reader was about to wait.
-func TestEventLogWaitEndsWithStopOrTimer(t *testing.T) {
+// Interrupt ends a reader's wait from another goroutine: the current wait,
+// or the next one when it is not waiting; an event there to read comes
+// first; two interrupts before the reader sees them are both told.
+func TestEventLogInterrupt(t *testing.T) {
 	l := newEventLog("s", 1024, time.Now, nil)
 	sub, err := l.subscribe(0)
 	if err != nil {
@@ -274,46 +275,48 @@ func TestEventLogWaitEndsWithStopOrTimer(t *testing.T) {
 	}
 	defer sub.Close()
 	ctx := testkit.ContextFor(t, 10*time.Second)
-	stopped := make(chan struct{})
-	close(stopped)
-	fired := make(chan time.Time, 1)
-	fired <- time.Now()
-	if _, err := sub.NextRefOr(ctx, stopped, nil); !errors.Is(err, ErrWaitStopped) {
-		t.Fatalf("a wait on a closed stop channel = %v, want ErrWaitStopped", err)
+	errA, errB := errors.New("a"), errors.New("b")
+
+	// While it waits.
+	got := make(chan error, 1)
+	go func() {
+		_, err := sub.NextRef(ctx)
+		got <- err
+	}()
+	for !waiting(l, sub) {
+		runtime.Gosched()
 	}
-	if _, err := sub.NextRefOr(ctx, nil, fired); !errors.Is(err, ErrWaitExpired) {
-		t.Fatalf("a wait on a fired timer = %v, want ErrWaitExpired", err)
+	sub.Interrupt(errA)
+	if err := <-got; !errors.Is(err, errA) {
+		t.Fatalf("an interrupted wait = %v, want %v", err, errA)
 	}
 	if waiting(l, sub) {
-		t.Fatal("the reader is still among the log's waiting ones after its wait ended")
+		t.Fatal("the interrupted reader is still among the log's waiting ones")
 	}
-	// An event published as the wait ends is read first, whichever ends it.
-	for i, ends := range []func(){
-		func() {},                      // stop: closed already
-		func() { fired <- time.Now() }, // the timer
-	} {
-		hook := func(at *eventLog) {
-			if at == l {
-				l.publish(Event{Type: EventMessageUpdate, TextDelta: "x"})
-				ends()
-			}
-		}
-		testHookWait.Store(&hook)
-		var e *Event
-		if i == 0 {
-			e, err = sub.NextRefOr(ctx, stopped, nil)
-		} else {
-			e, err = sub.NextRefOr(ctx, nil, fired)
-		}
-		testHookWait.Store(nil)
-		if err != nil || e.TextDelta != "x" {
-			t.Fatalf("case %d: NextRefOr = %+v, %v; want the event published before the wait ended", i, e, err)
-		}
+
+	// Before it waits: the next wait ends at once, but an event there
+	// is read first.
+	sub.Interrupt(errA)
+	l.publish(Event{Type: EventMessageUpdate, TextDelta: "x"})
+	if e, err := sub.NextRef(ctx); err != nil || e.TextDelta != "x" {
+		t.Fatalf("NextRef with an event and an interrupt pending = %+v, %v; want the event", e, err)
 	}
-	// Neither set: it waits for the event, as NextRef does.
+	if _, err := sub.NextRef(ctx); !errors.Is(err, errA) {
+		t.Fatalf("the wait after the event = %v, want %v", err, errA)
+	}
+
+	// Two before it looks: both told, once; the same one twice: once.
+	sub.Interrupt(errA)
+	sub.Interrupt(errB)
+	sub.Interrupt(errA)
+	if _, err := sub.NextRef(ctx); !errors.Is(err, errA) || !errors.Is(err, errB) || strings.Count(err.Error(), "a") != 1 {
+		t.Fatalf("two interrupts = %v, want both once", err)
+	}
+
+	// Told, it waits for events again.
 	go l.publish(Event{Type: EventAgentEnd})
-	if e, err := sub.NextRefOr(ctx, nil, nil); err != nil || e.Type != EventAgentEnd {
-		t.Fatalf("NextRefOr with neither = %+v, %v", e, err)
+	if e, err := sub.NextRef(ctx); err != nil || e.Type != EventAgentEnd {
+		t.Fatalf("NextRef after the interrupts = %+v, %v", e, err)
 	}
 }
 
