@@ -358,9 +358,6 @@ func resumeFromLastEventID(r *http.Request) (*http.Request, error) {
 	return withQuery(r, q), nil
 }
 
-// promptStartWanted reports whether a prompt request asks to return once the
-// prompt is accepted: ?stream=false, or Accept: application/json without
-// text/event-stream.
 // queryOf is r's query, parsed; nil (nothing parsed, nothing allocated)
 // when the URL has none. Only read a nil one (Has, Get) or Del from it.
 func queryOf(r *http.Request) url.Values {
@@ -370,6 +367,9 @@ func queryOf(r *http.Request) url.Values {
 	return r.URL.Query()
 }
 
+// promptStartWanted reports whether a prompt request asks to return once the
+// prompt is accepted: ?stream=false, or Accept: application/json without
+// text/event-stream.
 func promptStartWanted(r *http.Request) (bool, error) {
 	q := queryOf(r)
 	if q.Has("stream") {

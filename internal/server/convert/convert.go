@@ -249,10 +249,11 @@ func jsonValue(raw json.RawMessage) *structpb.Value {
 
 // Events maps the session events of one stream onto the API's, reusing
 // the API event and its time for every event, and the message_update
-// payload from one call to the next: a stream's steady state, a delta
-// after a delta, allocates nothing, and any other event only its payload. A result is valid until the next call; the stream encodes it
-// before (gRPC's SendMsg encodes synchronously, and the server registers
-// no stats handler, which could keep a message). The zero value is ready.
+// payload, from one call to the next: a stream's steady state, a delta
+// after a delta, allocates nothing, and any other event only its payload.
+// A result is valid until the next call; the stream encodes it before
+// (gRPC's SendMsg encodes synchronously, and the server registers no
+// stats handler, which could keep a message). The zero value is ready.
 type Events struct {
 	ev   agentdv1.Event
 	ts   timestamppb.Timestamp
@@ -261,7 +262,8 @@ type Events struct {
 	tcd  agentdv1.ToolCallDelta
 }
 
-// Proto is EventToProto(e), in b's buffers for a message_update.
+// Proto is EventToProto(e) in b's buffers: the event and its time, and a
+// message_update's payload.
 func (b *Events) Proto(e *session.Event) *agentdv1.Event {
 	b.ts.Reset()
 	b.ts.Seconds, b.ts.Nanos = e.Time.Unix(), int32(e.Time.Nanosecond())
