@@ -278,14 +278,28 @@ func TestEventLogInterrupt(t *testing.T) {
 	errA, errB := errors.New("a"), errors.New("b")
 
 	// While it waits.
+	inWait := make(chan struct{}, 1)
+	hook := func(at *eventLog) {
+		if at == l {
+			select {
+			case inWait <- struct{}{}:
+			default:
+			}
+		}
+	}
+	testHookWait.Store(&hook)
+	defer testHookWait.Store(nil)
 	got := make(chan error, 1)
 	go func() {
 		_, err := sub.NextRef(ctx)
 		got <- err
 	}()
-	for !waiting(l, sub) {
-		runtime.Gosched()
+	select {
+	case <-inWait:
+	case <-ctx.Done():
+		t.Fatal("the reader never waited")
 	}
+	testHookWait.Store(nil)
 	sub.Interrupt(errA)
 	if err := <-got; !errors.Is(err, errA) {
 		t.Fatalf("an interrupted wait = %v, want %v", err, errA)
