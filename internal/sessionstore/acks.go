@@ -117,8 +117,8 @@ func (r *Redis) ackCreate(ctx context.Context, id, tenant string) error {
 	return wrap("create "+id, err)
 }
 
-// endRun runs endRunScript and, with Options.MinReplicaAcks, WAIT on the
-// same connection: a prompt's end (its run dropped, after its events were
+// endRun runs endRunScript and WAIT (Options.MinReplicaAcks) on the same
+// connection: a prompt's end (its run dropped, after its events were
 // flushed and its history and state saved, all on the session's slot) is on
 // that many replicas, or ackErr says it is not. n is the script's reply (1:
 // this replica held the lease and ended the run).
@@ -126,10 +126,6 @@ func (r *Redis) endRun(ctx context.Context, id string) (n int64, ackErr, err err
 	keys := []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run")}
 	replica, epoch := r.leaseArgs(id)
 	r.fences.drop(id)
-	if r.o.MinReplicaAcks <= 0 {
-		n, err = endRunScript.Run(ctx, r.c, keys, replica, epoch).Int64()
-		return n, nil, err
-	}
 	var end *redis.Cmd
 	werr := r.replicated(ctx, keys[0], func(pipe redis.Pipeliner) {
 		end = endRunScript.Eval(ctx, pipe, keys, replica, epoch)

@@ -36,6 +36,7 @@
 package sessionstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -393,6 +394,19 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[1], last[2])
 return {1, redis.call('ZCARD', KEYS[1])}
+`)
+	// KEYS[1] the tenant's prompts, ARGV[1] prompt id, [2] the slot's time
+	// (its score before EndRun's ZREM): the slot back, unless it is there with a
+	// later time already (its holder renewed it meanwhile); the key expires
+	// with its last slot, as slotScript has it.
+	slotRestoreScript = redis.NewScript(`
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not cur or tonumber(cur) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+end
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1
 `)
 	// KEYS[1] lease, [2] run, [3] history; ARGV[1] replica, [2] the
 	// history's length before the entry Start appended ("": none) → 1 when
@@ -1125,13 +1139,93 @@ func (r *Redis) LoadRun(ctx context.Context, id string) (session.Run, bool, erro
 	return run, true, nil
 }
 
-// EndRun implements session.Shared: when this replica holds the lease, one
-// script drops the run state and the lease (one slot), then the session
-// leaves the running set and the prompt its slot (one pipeline); otherwise
-// nothing changes (a replica that took the prompt over holds the slot).
+// EndRun implements session.Shared: when this replica holds the lease,
+// endRunScript drops the run state and the lease (the session's slot),
+// pipelined with the running set's SREM and the prompt slot's ZREM (on the
+// tenant's slot): one round trip. The three are on
+// three hash slots and cannot wait for each other, so the two on other
+// slots go ahead of the script's answer; when it says this replica did not
+// hold the lease (a replica that took the prompt over holds the session and
+// the slot), or its outcome is unknown, a second round trip puts back what
+// they took (the id in the set, the slot with its time), if anything. With
+// Options.MinReplicaAcks the script waits for its replicas first (WAIT, on
+// its own connection), and the set and the slot follow once it ended the
+// run, as their own pipeline.
 func (r *Redis) EndRun(ctx context.Context, id string, slot session.PromptSlot) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
+	if r.o.MinReplicaAcks > 0 {
+		return r.endRunAcked(ctx, id, slot)
+	}
+	keys := []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run")}
+	replica, epoch := r.leaseArgs(id)
+	r.fences.drop(id)
+	var end *scriptCall
+	var left, freed *redis.IntCmd
+	var was *redis.FloatCmd
+	err := r.pipeScripts(ctx, func(pipe redis.Pipeliner, run scriptRunner) {
+		end = run(endRunScript, keys, replica, epoch)
+		left = pipe.SRem(ctx, r.runningKey(), id)
+		if slot.Tenant != "" {
+			// The slot's time, then the slot: in a row on one connection.
+			// (Finish has freed it already but when it failed.)
+			was = pipe.ZScore(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
+			freed = pipe.ZRem(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
+		}
+	})
+	if errors.Is(err, redis.Nil) {
+		// ZSCORE of a slot that is not there (Finish freed it): the other
+		// commands' errors are theirs.
+		err = cmp.Or(left.Err(), freed.Err())
+	}
+	n, nerr := end.cmd.Int64()
+	if nerr == nil && n == 1 {
+		if err != nil {
+			// The set's entry: the janitor's sweep finds the id without a
+			// holder nor a run and ends it again; the slot expires.
+			return wrap("end run of "+id, err)
+		}
+		return nil
+	}
+	// What the pipeline took, put back: the set's entry when SREM removed
+	// one (or may have), the slot when the script freed one.
+	removed := left.Err() != nil || left.Val() == 1
+	score := ""
+	if freed != nil && freed.Val() == 1 && was.Err() == nil {
+		score = strconv.FormatFloat(was.Val(), 'f', -1, 64)
+	}
+	var uerr error
+	if removed || score != "" {
+		uctx, ucancel := r.op(context.WithoutCancel(ctx))
+		defer ucancel()
+		uerr = r.pipeScripts(uctx, func(pipe redis.Pipeliner, run scriptRunner) {
+			if removed {
+				pipe.SAdd(uctx, r.runningKey(), id)
+			}
+			if score != "" {
+				run(slotRestoreScript, []string{r.promptsKey(slot.Tenant)}, slot.PromptID, score)
+			}
+		})
+	}
+	switch {
+	case nerr != nil:
+		if err == nil {
+			err = nerr
+		}
+		return wrap("end run of "+id, err)
+	case uerr != nil:
+		// An id left out of the set is the holder's until its EndRun or
+		// SaveRun; a slot left out lets its tenant one prompt more until
+		// the holder's next renewal puts it back.
+		return wrap("end run of "+id+" (putting back the holder's running entry and slot)", uerr)
+	}
+	return nil
+}
+
+// endRunAcked is EndRun with Options.MinReplicaAcks: endRunScript and WAIT
+// on the lease's master, then, when it ended the run, the set's SREM and
+// the slot's ZREM (one pipeline); otherwise nothing changes.
+func (r *Redis) endRunAcked(ctx context.Context, id string, slot session.PromptSlot) error {
 	n, ackErr, err := r.endRun(ctx, id)
 	if err != nil {
 		return wrap("end run of "+id, err)

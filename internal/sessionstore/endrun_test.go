@@ -1,0 +1,157 @@
+package sessionstore
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
+)
+
+// roundTrips counts a client's round trips: a command on its own or a
+// pipeline.
+type roundTrips struct{ n *atomic.Int64 }
+
+func (roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// EndRun by the lease's holder is one round trip: the run and the lease
+// gone, the session out of the running set and the prompt's slot free. By
+// a replica that no longer holds the lease (another took the prompt over,
+// with its slot), it changes nothing: the set's entry and the slot, which
+// its pipeline took ahead of the script's answer, are back as they were
+// (the slot with its own time), in one round trip more; and what was not
+// there is not added.
+func TestEndRunInOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), time.Second)
+	var n atomic.Int64
+	c.AddHook(roundTrips{&n})
+	a := newStore(t, c, Options{})
+	b := newStore(t, c, Options{})
+	ctx := testkit.Context(t)
+	slot := func(p string) session.PromptSlot { return session.PromptSlot{Tenant: "acme", PromptID: p} }
+	start := func(id, p string) {
+		t.Helper()
+		res, err := a.Start(ctx, id, time.Minute, session.Run{PromptID: p, Replica: a.ReplicaID()}, nil, slot(p), 10)
+		if err != nil || !res.Started {
+			t.Fatalf("Start %s: %+v, %v", id, res, err)
+		}
+	}
+	running := func(id string) bool {
+		t.Helper()
+		ids, err := a.Running(ctx)
+		must(t, err)
+		return slices.Contains(ids, id)
+	}
+	score := func(p string) (float64, bool) {
+		t.Helper()
+		s, err := c.ZScore(ctx, a.promptsKey("acme"), p).Result()
+		if err == redis.Nil {
+			return 0, false
+		}
+		must(t, err)
+		return s, true
+	}
+	endRun := func(st *Redis, id, p string) int64 {
+		t.Helper()
+		before := n.Load()
+		must(t, st.EndRun(ctx, id, slot(p)))
+		return n.Load() - before
+	}
+	for _, id := range []string{"ses_1", "ses_2"} {
+		if _, err := a.Create(ctx, record(id, "acme"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The scripts loaded (the one that puts a slot back runs only on a
+	// lost lease).
+	start("ses_1", "p0")
+	endRun(a, "ses_1", "p0")
+	must(t, slotRestoreScript.Load(ctx, c).Err())
+
+	start("ses_1", "p1")
+	if !running("ses_1") {
+		t.Fatal("ses_1 not in the running set after Start")
+	}
+	if rt := endRun(a, "ses_1", "p1"); rt != 1 {
+		t.Errorf("the holder's EndRun: %d round trips, want 1", rt)
+	}
+	if h, _ := a.Holder(ctx, "ses_1"); h != "" {
+		t.Errorf("holder %q after EndRun", h)
+	}
+	if _, found, _ := a.LoadRun(ctx, "ses_1"); found {
+		t.Error("the run is still there after EndRun")
+	}
+	if running("ses_1") {
+		t.Error("ses_1 still in the running set after EndRun")
+	}
+	if _, ok := score("p1"); ok {
+		t.Error("p1's slot still taken after EndRun")
+	}
+
+	// B takes ses_2's prompt over from A (A's lease lost), as the janitor
+	// does: the lease, then the prompt's slot with a time of its own.
+	start("ses_2", "p2")
+	must(t, c.Del(ctx, a.key("ses_2", "lease")).Err())
+	if ok, _, err := b.Acquire(ctx, "ses_2", time.Minute); !ok || err != nil {
+		t.Fatalf("B's Acquire = %v, %v", ok, err)
+	}
+	must(t, b.Occupy(ctx, slot("p2"), time.Hour))
+	s0, ok := score("p2")
+	if !ok {
+		t.Fatal("p2 has no slot after B's Occupy")
+	}
+	ttl0 := c.PTTL(ctx, a.promptsKey("acme")).Val()
+	if rt := endRun(a, "ses_2", "p2"); rt != 2 {
+		t.Errorf("EndRun of a lost lease: %d round trips, want 2 (the pipeline, then what it took put back)", rt)
+	}
+	if h, _ := a.Holder(ctx, "ses_2"); h != b.ReplicaID() {
+		t.Errorf("holder %q after A's EndRun, want B", h)
+	}
+	if _, found, _ := a.LoadRun(ctx, "ses_2"); !found {
+		t.Error("A's EndRun dropped the run B holds")
+	}
+	if !running("ses_2") {
+		t.Error("A's EndRun left ses_2 out of the running set, while B runs it")
+	}
+	if s, ok := score("p2"); !ok || s != s0 {
+		t.Errorf("p2's slot after A's EndRun: %v (taken %v), want %v", s, ok, s0)
+	}
+	if ttl := c.PTTL(ctx, a.promptsKey("acme")).Val(); ttl < ttl0-time.Minute {
+		t.Errorf("the slots' key expires in %v after A's EndRun, %v before", ttl, ttl0)
+	}
+
+	// B ends it; A's EndRun after that adds nothing back.
+	if rt := endRun(b, "ses_2", "p2"); rt != 1 {
+		t.Errorf("B's EndRun: %d round trips, want 1", rt)
+	}
+	if rt := endRun(a, "ses_2", "p2"); rt != 1 {
+		t.Errorf("EndRun of an ended run: %d round trips, want 1 (nothing to put back)", rt)
+	}
+	if running("ses_2") {
+		t.Error("an EndRun of an ended run put ses_2 back in the running set")
+	}
+	if _, ok := score("p2"); ok {
+		t.Error("an EndRun of an ended run put p2's slot back")
+	}
+}
