@@ -2,6 +2,7 @@ package sessionstore
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -66,7 +67,7 @@ func TestEndRunInOneRoundTrip(t *testing.T) {
 	score := func(p string) (float64, bool) {
 		t.Helper()
 		s, err := c.ZScore(ctx, a.promptsKey("acme"), p).Result()
-		if err == redis.Nil {
+		if errors.Is(err, redis.Nil) {
 			return 0, false
 		}
 		must(t, err)
