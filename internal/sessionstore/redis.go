@@ -1167,8 +1167,8 @@ func (r *Redis) EndRun(ctx context.Context, id string, slot session.PromptSlot) 
 		end = run(endRunScript, keys, replica, epoch)
 		left = pipe.SRem(ctx, r.runningKey(), id)
 		if slot.Tenant != "" {
-			// The slot's time, then the slot: in a row on one connection.
-			// (Finish has freed it already but when it failed.)
+			// The slot's time, then the slot, in a row on one connection
+			// (Finish has freed it already, unless it failed).
 			was = pipe.ZScore(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
 			freed = pipe.ZRem(ctx, r.promptsKey(slot.Tenant), slot.PromptID)
 		}
@@ -1188,7 +1188,7 @@ func (r *Redis) EndRun(ctx context.Context, id string, slot session.PromptSlot) 
 		return nil
 	}
 	// What the pipeline took, put back: the set's entry when SREM removed
-	// one (or may have), the slot when the script freed one.
+	// one (or may have), the slot when ZREM removed one.
 	removed := left.Err() != nil || left.Val() == 1
 	score := ""
 	if freed != nil && freed.Val() == 1 && was.Err() == nil {
