@@ -528,6 +528,7 @@ func (m *MemoryReplica) Renew(_ context.Context, id string, ttl time.Duration, s
 		return false, nil
 	}
 	s.leaseEnd = time.Now().Add(ttl)
+	b.running[id] = true
 	return true, nil
 }
 

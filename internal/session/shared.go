@@ -89,7 +89,9 @@ type Leases interface {
 	// and frees the prompt's slot (PromptSlot zero: none).
 	Finish(ctx context.Context, id string, m Mutable, r Run, slot PromptSlot) error
 	// Renew extends this replica's lease; false when it no longer holds it.
-	// The prompt's slot (PromptSlot zero: none) is extended with it.
+	// The prompt's slot (PromptSlot zero: none) is extended with it, and
+	// the session is in the set of running sessions after it (put back,
+	// should another replica's late EndRun have removed it).
 	Renew(ctx context.Context, id string, ttl time.Duration, slot PromptSlot) (bool, error)
 	// Occupy gives a prompt its place among its tenant's running prompts
 	// for ttl, whatever their number: a prompt taken over from a lost

@@ -156,3 +156,62 @@ func TestEndRunInOneRoundTrip(t *testing.T) {
 		t.Error("an EndRun of an ended run put p2's slot back")
 	}
 }
+
+// A replica's EndRun pipelines the running set's SREM behind the script
+// that frees the lease; another replica can start the session's next prompt
+// in between, and the SREM then takes that prompt's entry. The holder's
+// next Renew puts it back, in the renewal's one round trip, so the janitor
+// still finds the prompt should its replica be lost.
+func TestRenewPutsBackTheRunningEntry(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr(), time.Second)
+	var n atomic.Int64
+	c.AddHook(roundTrips{&n})
+	a := newStore(t, c, Options{})
+	b := newStore(t, c, Options{})
+	ctx := testkit.Context(t)
+	running := func() bool {
+		t.Helper()
+		ids, err := a.Running(ctx)
+		must(t, err)
+		return slices.Contains(ids, "ses_1")
+	}
+	if _, err := a.Create(ctx, record("ses_1", "acme"), 0); err != nil {
+		t.Fatal(err)
+	}
+	slot := session.PromptSlot{Tenant: "acme", PromptID: "p2"}
+	if res, err := b.Start(ctx, "ses_1", time.Minute, session.Run{PromptID: "p2", Replica: b.ReplicaID()}, nil, slot, 10); err != nil || !res.Started {
+		t.Fatalf("B's Start: %+v, %v", res, err)
+	}
+	// A first renewal loads the scripts.
+	if ok, err := b.Renew(ctx, "ses_1", time.Minute, slot); !ok || err != nil {
+		t.Fatalf("B's Renew = %v, %v", ok, err)
+	}
+	// A's late SREM, from the EndRun of the prompt before.
+	must(t, c.SRem(ctx, a.runningKey(), "ses_1").Err())
+	if running() {
+		t.Fatal("ses_1 still in the running set after the SREM")
+	}
+	before := n.Load()
+	if ok, err := b.Renew(ctx, "ses_1", time.Minute, slot); !ok || err != nil {
+		t.Fatalf("B's Renew = %v, %v", ok, err)
+	}
+	if rt := n.Load() - before; rt != 1 {
+		t.Errorf("Renew: %d round trips, want 1", rt)
+	}
+	if !running() {
+		t.Error("ses_1 not back in the running set after its holder's Renew")
+	}
+	// A replica that lost the lease renews nothing (its SADD adds the
+	// holder's own entry, there already).
+	if ok, err := a.Renew(ctx, "ses_1", time.Minute, slot); ok || err != nil {
+		t.Fatalf("A's Renew = %v, %v, want false", ok, err)
+	}
+	if h, _ := a.Holder(ctx, "ses_1"); h != b.ReplicaID() {
+		t.Errorf("holder %q after A's Renew, want B", h)
+	}
+	must(t, b.EndRun(ctx, "ses_1", slot))
+	if running() {
+		t.Error("ses_1 in the running set after B's EndRun")
+	}
+}

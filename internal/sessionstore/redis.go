@@ -944,11 +944,16 @@ func isNoScript(err error) bool {
 }
 
 // Renew implements session.Shared (compare and PEXPIRE), pipelined with
-// the prompt slot's extension (slotScript, on the tenant's hash slot): one
-// round trip. The prompt slot
-// is extended even when the lease turns out lost: the replica that took the
-// prompt over holds the same slot (the prompt's id), and a slot left over
-// expires.
+// the prompt slot's extension (slotScript, on the tenant's hash slot) and
+// the running set's SADD: one round trip. Both go ahead of the script's
+// answer, so they happen even when the lease turns out lost: the replica
+// that took the prompt over holds the same slot (the prompt's id) and the
+// same entry, a slot left over expires, and an entry left over is the
+// janitor's (it finds no holder and no run, and ends it). The SADD puts
+// back an entry that another replica's EndRun removed while this one
+// started the session's next prompt (its SREM lands after the script that
+// freed the lease, and after this replica's Start): without it, a prompt
+// whose replica is then lost would stay out of the janitor's sweep.
 func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration, slot session.PromptSlot) (bool, error) {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
@@ -959,6 +964,7 @@ func (r *Redis) Renew(ctx context.Context, id string, ttl time.Duration, slot se
 		if slot.Tenant != "" {
 			run(slotScript, []string{r.promptsKey(slot.Tenant)}, slot.PromptID, ttlMs(ttl), 0)
 		}
+		pipe.SAdd(ctx, r.runningKey(), id)
 	})
 	if err != nil {
 		return false, wrap("renew "+id, err)
