@@ -26,7 +26,7 @@ import (
 // Server is a redis-server of the test's own, on a free loopback port. It
 // is killed when the test ends.
 type Server struct {
-	t    *testing.T
+	t    testing.TB
 	port int
 	dir  string   // --dir ("": a temporary one)
 	conf string   // a configuration file, first argument ("": none)
@@ -40,7 +40,7 @@ type Server struct {
 
 // Start starts a redis-server, or skips the test when there is none on
 // PATH. It is killed when the test ends.
-func Start(t *testing.T) *Server {
+func Start(t testing.TB) *Server {
 	t.Helper()
 	s := New(t)
 	s.Start()
@@ -49,7 +49,7 @@ func Start(t *testing.T) *Server {
 
 // StartWith starts a redis-server with more configuration arguments
 // (e.g. "--user", "default", "on", ">pw", "~*", "+@all").
-func StartWith(t *testing.T, args ...string) *Server {
+func StartWith(t testing.TB, args ...string) *Server {
 	t.Helper()
 	s := New(t)
 	s.args = args
@@ -59,7 +59,7 @@ func StartWith(t *testing.T, args ...string) *Server {
 
 // New reserves a port for a redis-server without starting it (Start starts
 // it); it skips the test when redis-server is not on PATH.
-func New(t *testing.T) *Server {
+func New(t testing.TB) *Server {
 	t.Helper()
 	Require(t)
 	s := &Server{t: t, port: freePort(t), out: &logBuffer{}}
@@ -83,7 +83,7 @@ func Client(t testing.TB, addr string) *redis.Client {
 }
 
 // Require skips the test when redis-server is not on PATH.
-func Require(t *testing.T) {
+func Require(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not on PATH: skipping the Redis store tests (apt-get install redis-server)")
@@ -92,7 +92,7 @@ func Require(t *testing.T) {
 
 // RequireCLI skips the test when redis-cli is not on PATH (a Cluster is
 // created with it).
-func RequireCLI(t *testing.T) {
+func RequireCLI(t testing.TB) {
 	t.Helper()
 	Require(t)
 	if _, err := exec.LookPath("redis-cli"); err != nil {
@@ -106,7 +106,7 @@ func RequireCLI(t *testing.T) {
 // check, may be handed meanwhile to an outgoing connection of another test
 // as its local port, and redis-server's bind then fails with "Address
 // already in use". Below the range only another listener can take it.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	if lo := ephemeralLow(); lo > minPort+1000 {
 		for range 100 {
@@ -259,7 +259,7 @@ func (l *logBuffer) tail(n int) string {
 }
 
 // mkdir makes a node's directory.
-func mkdir(t *testing.T, dir string) {
+func mkdir(t testing.TB, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

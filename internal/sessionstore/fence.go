@@ -178,12 +178,44 @@ return {1, top}
 `)
 )
 
-// fencedKeys are a fenced script's keys for writes to id's keys of kinds.
+// fencedKeys are a fenced script's keys for writes to id's keys of kinds,
+// as r.key has them: the lease, the epoch and the meta key, then kinds'.
+// They are made as substrings of one string (every event batch and record
+// write makes them).
 func (r *Redis) fencedKeys(id string, kinds ...string) []string {
-	keys := make([]string, 0, 3+len(kinds))
-	keys = append(keys, r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "meta"))
+	fixed := [...]string{"lease", "epoch", "meta"}
+	each := len(r.o.KeyPrefix) + len(id) + len("{}:")
+	size := 3*each + len("leaseepochmeta")
 	for _, k := range kinds {
-		keys = append(keys, r.key(id, k))
+		size += each + len(k)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	add := func(kind string) {
+		b.WriteString(r.o.KeyPrefix)
+		b.WriteByte('{')
+		b.WriteString(id)
+		b.WriteString("}:")
+		b.WriteString(kind)
+	}
+	for _, k := range fixed {
+		add(k)
+	}
+	for _, k := range kinds {
+		add(k)
+	}
+	all := b.String()
+	keys := make([]string, 0, len(fixed)+len(kinds))
+	o := 0
+	cut := func(kind string) {
+		keys = append(keys, all[o:o+each+len(kind)])
+		o += each + len(kind)
+	}
+	for _, k := range fixed {
+		cut(k)
+	}
+	for _, k := range kinds {
+		cut(k)
 	}
 	return keys
 }
@@ -198,7 +230,12 @@ func (r *Redis) fencedArgs(id string, args ...any) []any {
 // fenceArgv are a fenced script's arguments under the fence replica,
 // epoch ("", "": unfenced), then args.
 func fenceArgv(replica, epoch string, args ...any) []any {
-	return append([]any{replica, epoch, orphanTTL.Milliseconds()}, args...)
+	return append(fenceArgvRoom(replica, epoch, len(args)), args...)
+}
+
+// fenceArgvRoom is fenceArgv's first arguments, with room for n more.
+func fenceArgvRoom(replica, epoch string, n int) []any {
+	return append(make([]any, 0, 3+n), replica, epoch, orphanTTL.Milliseconds())
 }
 
 // isFenced reports the FENCED error of a fenced script.

@@ -31,14 +31,14 @@ func TestMain(m *testing.M) {
 	redistest.VerifyTestMain(m)
 }
 
-func newClient(t *testing.T, addr string, timeout time.Duration) redis.UniversalClient {
+func newClient(t testing.TB, addr string, timeout time.Duration) redis.UniversalClient {
 	t.Helper()
 	c := redis.NewUniversalClient(redisconn.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, timeout))
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
-func newStore(t *testing.T, c redis.UniversalClient, o Options) *Redis {
+func newStore(t testing.TB, c redis.UniversalClient, o Options) *Redis {
 	t.Helper()
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "t:"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,10 +51,19 @@ type writer struct {
 	lost     map[string]error // sessions whose events were dropped, to tell the watch
 	watch    atomic.Pointer[session.EventWatch]
 
+	// spare is the array of a queue the writer took whole, wrote and
+	// cleared: the next queue's (under mu), so that a batch costs no
+	// array of its own.
+	spare []item
+
 	wake   chan struct{}
 	ctx    context.Context // cancelled when Close gives up draining
 	cancel context.CancelFunc
 	exited chan struct{}
+
+	// The writer goroutine's working memory for write, kept from one
+	// batch to the next and cleared after each.
+	scratch writeScratch
 }
 
 type item struct {
@@ -276,8 +286,9 @@ func (w *writer) run() {
 		}
 		n := min(len(w.queue), maxBatch)
 		batch := w.queue[:n:n]
-		if n == len(w.queue) {
-			w.queue = nil
+		whole := n == len(w.queue)
+		if whole {
+			w.queue, w.spare = w.spare, nil
 		} else {
 			w.queue = w.queue[n:]
 		}
@@ -289,6 +300,11 @@ func (w *writer) run() {
 		if len(retry) > 0 {
 			// Back to the front, in order, for the next batch.
 			w.queue = append(retry, w.queue...)
+		}
+		if whole && cap(batch) <= keptBatch {
+			// Cleared: nothing of the events written stays reachable.
+			clear(batch)
+			w.spare = batch[:0]
 		}
 		w.changedLocked()
 		w.mu.Unlock()
@@ -346,33 +362,19 @@ func (w *writer) write(batch []item) (retry []item) {
 	// The batch's sessions in order of their first event, each with its
 	// items (in seq order: they were queued so), split where the lease
 	// they were emitted under changes.
-	type run struct {
-		id    string
-		items []item
-		call  *scriptCall
-		pub   *redis.IntCmd
-	}
-	type runKey struct{ id, epoch string }
-	var runs []*run
-	byKey := map[runKey]*run{}
-	for _, it := range batch {
-		k := runKey{it.id, it.epoch}
-		ru := byKey[k]
-		if ru == nil {
-			ru = &run{id: it.id}
-			byKey[k] = ru
-			runs = append(runs, ru)
-		}
-		ru.items = append(ru.items, it)
-	}
+	sc := &w.scratch
+	defer sc.reset(len(batch))
+	runs := sc.group(batch)
 	var encodeErr map[string]error
 	// The batch's entries, encoded into one buffer (an entry's bytes stay
 	// where they were written when the buffer grows: a grown buffer is a
 	// copy).
-	buf := make([]byte, 0, 192*len(batch))
+	buf := slices.Grow(sc.buf[:0], 192*len(batch))
+	defer func() { sc.buf = buf }()
 	_ = r.pipeScripts(ctx, func(pipe redis.Pipeliner, call scriptRunner) {
-		for _, ru := range runs {
-			args := fenceArgv(ru.items[0].replica, ru.items[0].epoch, int64(r.o.EventBuffer))
+		for k := range runs {
+			ru := &runs[k]
+			args := append(fenceArgvRoom(ru.items[0].replica, ru.items[0].epoch, 1+2*len(ru.items)), int64(r.o.EventBuffer))
 			for i := range ru.items {
 				it := &ru.items[i]
 				o := len(buf)
@@ -401,11 +403,12 @@ func (w *writer) write(batch []item) (retry []item) {
 		stored uint64
 		err    error // nil: stored up to stored
 	}
-	var told []outcome
+	told := make([]outcome, 0, len(runs))
 	failed := 0
 	var firstErr error
 	w.mu.Lock()
-	for _, ru := range runs {
+	for k := range runs {
+		ru := &runs[k]
 		var err error
 		var stored uint64
 		switch {
@@ -474,12 +477,88 @@ func (w *writer) write(batch []item) (retry []item) {
 			wt.Lost(o.id, o.stored, o.err)
 		}
 	}
-	for _, ru := range runs {
+	for k := range runs {
+		ru := &runs[k]
 		if ru.pub != nil && ru.pub.Err() != nil && ru.call.cmd.Err() == nil {
 			r.log.Warn("session store: followers not notified", "session", ru.id, "err", ru.pub.Err())
 		}
 	}
 	return retry
+}
+
+// keptBatch bounds the batches whose memory the writer keeps for the next
+// (its queue's array and its scratch): a burst's larger ones go to the
+// garbage collector, so a quiet store holds little.
+const keptBatch = 256
+
+// writeScratch is write's working memory: the batch grouped into the runs
+// of its sessions, and the buffer of its encoded entries.
+type writeScratch struct {
+	runs  []writeRun
+	byKey map[runKey]int // a run's index in runs
+	at    []int          // each item's run, in the batch's order
+	items []item         // the batch's items, run after run
+	buf   []byte
+}
+
+// writeRun is one session's events of a batch under one lease, and their
+// script's and notification's commands once queued.
+type writeRun struct {
+	id    string
+	items []item // in seq order: they were queued so
+	n     int    // while grouping: the number of its items
+	call  *scriptCall
+	pub   *redis.IntCmd
+}
+
+type runKey struct{ id, epoch string }
+
+// group splits batch into the runs of its sessions, in order of their
+// first event, each with its items, split where the lease they were
+// emitted under changes.
+func (sc *writeScratch) group(batch []item) []writeRun {
+	if sc.byKey == nil {
+		sc.byKey = map[runKey]int{}
+	}
+	for _, it := range batch {
+		k := runKey{it.id, it.epoch}
+		j, ok := sc.byKey[k]
+		if !ok {
+			j = len(sc.runs)
+			sc.byKey[k] = j
+			sc.runs = append(sc.runs, writeRun{id: it.id})
+		}
+		sc.runs[j].n++
+		sc.at = append(sc.at, j)
+	}
+	sc.items = slices.Grow(sc.items[:0], len(batch))[:len(batch)]
+	o := 0
+	for j := range sc.runs {
+		n := sc.runs[j].n
+		sc.runs[j].items = sc.items[o : o : o+n]
+		o += n
+	}
+	for i, it := range batch {
+		ru := &sc.runs[sc.at[i]]
+		ru.items = append(ru.items, it)
+	}
+	return sc.runs
+}
+
+// reset clears what the last batch (of n items) left, so that nothing of
+// its events stays reachable, and lets go of a burst's memory.
+func (sc *writeScratch) reset(n int) {
+	if n > keptBatch {
+		*sc = writeScratch{}
+		return
+	}
+	clear(sc.runs)
+	clear(sc.byKey)
+	clear(sc.items)
+	sc.runs, sc.at, sc.items = sc.runs[:0], sc.at[:0], sc.items[:0]
+	if cap(sc.buf) > keptBatch*512 {
+		sc.buf = nil
+	}
 }
 
 // dropSessionLocked drops what is queued of id under the lease of epoch,
