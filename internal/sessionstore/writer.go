@@ -287,7 +287,9 @@ func (w *writer) run() {
 		n := min(len(w.queue), maxBatch)
 		batch := w.queue[:n:n]
 		whole := n == len(w.queue)
+		var array []item // the queue's, taken whole, with its room to grow
 		if whole {
+			array = w.queue[:0]
 			w.queue, w.spare = w.spare, nil
 		} else {
 			w.queue = w.queue[n:]
@@ -301,10 +303,10 @@ func (w *writer) run() {
 			// Back to the front, in order, for the next batch.
 			w.queue = append(retry, w.queue...)
 		}
-		if whole && cap(batch) <= keptBatch {
+		if whole && cap(array) <= keptBatch {
 			// Cleared: nothing of the events written stays reachable.
 			clear(batch)
-			w.spare = batch[:0]
+			w.spare = array
 		}
 		w.changedLocked()
 		w.mu.Unlock()
