@@ -35,6 +35,17 @@ func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
+// twoReplicas are two stores on one client of a redis-server of the
+// test's own, and the client's round trips counted.
+func twoReplicas(t *testing.T) (c redis.UniversalClient, n *atomic.Int64, a, b *Redis) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c = newClient(t, srv.Addr(), time.Second)
+	n = new(atomic.Int64)
+	c.AddHook(roundTrips{n})
+	return c, n, newStore(t, c, Options{}), newStore(t, c, Options{})
+}
+
 // EndRun by the lease's holder is one round trip: the run and the lease
 // gone, the session out of the running set and the prompt's slot free. By
 // a replica that no longer holds the lease (another took the prompt over,
@@ -43,12 +54,7 @@ func (h roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // (the slot with its own time), in one round trip more; and what was not
 // there is not added.
 func TestEndRunInOneRoundTrip(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv.Addr(), time.Second)
-	var n atomic.Int64
-	c.AddHook(roundTrips{&n})
-	a := newStore(t, c, Options{})
-	b := newStore(t, c, Options{})
+	c, n, a, b := twoReplicas(t)
 	ctx := testkit.Context(t)
 	slot := func(p string) session.PromptSlot { return session.PromptSlot{Tenant: "acme", PromptID: p} }
 	start := func(id, p string) {
@@ -163,12 +169,7 @@ func TestEndRunInOneRoundTrip(t *testing.T) {
 // next Renew puts it back, in the renewal's one round trip, so the janitor
 // still finds the prompt should its replica be lost.
 func TestRenewPutsBackTheRunningEntry(t *testing.T) {
-	srv := redistest.Start(t)
-	c := newClient(t, srv.Addr(), time.Second)
-	var n atomic.Int64
-	c.AddHook(roundTrips{&n})
-	a := newStore(t, c, Options{})
-	b := newStore(t, c, Options{})
+	c, n, a, b := twoReplicas(t)
 	ctx := testkit.Context(t)
 	running := func() bool {
 		t.Helper()
