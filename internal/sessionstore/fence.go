@@ -180,10 +180,10 @@ return {1, top}
 
 // fencedKeys are a fenced script's keys for writes to id's keys of kinds,
 // as r.key has them: the lease, the epoch and the meta key, then kinds'.
-// They are made as substrings of one string (every event batch and record
-// write makes them).
+// They are substrings of one string, grown once to its size (every event
+// batch and record write makes them): a Builder never changes the bytes
+// it has written, so each key stays as it was cut.
 func (r *Redis) fencedKeys(id string, kinds ...string) []string {
-	fixed := [...]string{"lease", "epoch", "meta"}
 	each := len(r.o.KeyPrefix) + len(id) + len("{}:")
 	size := 3*each + len("leaseepochmeta")
 	for _, k := range kinds {
@@ -191,31 +191,21 @@ func (r *Redis) fencedKeys(id string, kinds ...string) []string {
 	}
 	var b strings.Builder
 	b.Grow(size)
+	keys := make([]string, 0, 3+len(kinds))
 	add := func(kind string) {
+		o := b.Len()
 		b.WriteString(r.o.KeyPrefix)
 		b.WriteByte('{')
 		b.WriteString(id)
 		b.WriteString("}:")
 		b.WriteString(kind)
+		keys = append(keys, b.String()[o:])
 	}
-	for _, k := range fixed {
-		add(k)
-	}
+	add("lease")
+	add("epoch")
+	add("meta")
 	for _, k := range kinds {
 		add(k)
-	}
-	all := b.String()
-	keys := make([]string, 0, len(fixed)+len(kinds))
-	o := 0
-	cut := func(kind string) {
-		keys = append(keys, all[o:o+each+len(kind)])
-		o += each + len(kind)
-	}
-	for _, k := range fixed {
-		cut(k)
-	}
-	for _, k := range kinds {
-		cut(k)
 	}
 	return keys
 }
