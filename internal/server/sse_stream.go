@@ -322,19 +322,22 @@ func (s *sseStream) frame(dst []byte, ev *agentdv1.Event) ([]byte, error) {
 // gateway wrote it: a frame longer than net/http's chunk buffer goes out as
 // the same two chunks.
 func (s *sseStream) write(p []byte, frame bool) error {
-	if !s.flushed {
-		// The first write sends the header too, and net/http's header
+	flush := s.sub == nil || s.sub.Buffered() == 0
+	if !s.flushed && flush {
+		// The first flush sends the header too, and net/http's header
 		// writer takes about 4.5 KiB of stack: done on a goroutine of its
 		// own (the handler's waits for it, so the response is never used
 		// by two at once), the handler's goroutine, on which an idle
-		// stream waits for hours, keeps an 8 KiB stack instead of 16. It is
-		// always flushed, so that the header is written there.
+		// stream waits for hours, keeps an 8 KiB stack instead of 16.
+		// Frames before it stay in the response's buffer (the header is
+		// written when that is flushed, or when a frame overflows it), so
+		// a prompt's first events, taken in one batch, go out in one write.
 		s.flushed = true
 		errc := make(chan error, 1)
 		go func() { errc <- s.writeOut(p, frame, true) }()
 		return <-errc
 	}
-	return s.writeOut(p, frame, s.sub == nil || s.sub.Buffered() == 0)
+	return s.writeOut(p, frame, flush)
 }
 
 func (s *sseStream) writeOut(p []byte, frame, flush bool) error {
