@@ -78,15 +78,42 @@ var htmlSafe = func() (t [utf8.RuneSelf]bool) {
 // may flag the ones above it too, which only sends the word to the byte
 // loop).
 func plain8(s string, i int) bool {
-	w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	// zero: some byte of v is 0. Flagged: a byte not ASCII, one below 0x20,
-	// or one of " \ < > &.
-	zero := func(v uint64) uint64 { return (v - ones) & ^v & highs }
-	bad := w&highs | (w-0x20*ones)&^w&highs |
-		zero(w^('"'*ones)) | zero(w^('\\'*ones)) | zero(w^('<'*ones)) | zero(w^('>'*ones)) | zero(w^('&'*ones))
-	return bad == 0
+	w := word(s, i)
+	return quoteFree(w) && zero(w^('<'*ones))|zero(w^('>'*ones))|zero(w^('&'*ones)) == 0
+}
+
+const ones, highs = 0x0101010101010101, 0x8080808080808080
+
+// word is the 8 bytes of s at i as one little-endian word: one load, once
+// the slice has told the compiler its length (indexing s itself costs
+// eight loads and their bounds checks).
+func word[T ~string | ~[]byte](s T, i int) uint64 {
+	w := s[i : i+8]
+	return uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+}
+
+// zero flags the bytes of v that are 0 (and possibly a byte above one).
+func zero(v uint64) uint64 { return (v - ones) & ^v & highs }
+
+// quoteFree reports whether no byte of w is outside ASCII, below 0x20, '"'
+// or '\\'.
+func quoteFree(w uint64) bool {
+	return w&highs|(w-0x20*ones)&^w&highs|zero(w^('"'*ones))|zero(w^('\\'*ones)) == 0
+}
+
+// PlainWords returns the length of the longest prefix of s, in whole
+// 8-byte words, whose bytes a JSON string holds as they are: ASCII from
+// the space up, neither '"' nor '\\'. Every JSON writer and reader copies
+// those unchanged (protojson, encoding/json, the providers' decoders), so
+// they pass over a text's runs of them a word at a time and read the rest
+// a byte at a time.
+func PlainWords[T ~string | ~[]byte](s T) int {
+	i := 0
+	for len(s)-i >= 8 && quoteFree(word(s, i)) {
+		i += 8
+	}
+	return i
 }
 
 // AppendString appends s quoted as json.Marshal quotes it: HTML's <, >

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -90,5 +91,50 @@ func BenchmarkAppendString(b *testing.B) {
 				_, _ = json.Marshal(s)
 			}
 		})
+	}
+}
+
+// plainWordsByBytes is PlainWords a byte at a time: the reference.
+func plainWordsByBytes(s string) int {
+	n := 0
+	for ; n < len(s) && s[n] >= 0x20 && s[n] < 0x80 && s[n] != '"' && s[n] != '\\'; n++ {
+	}
+	return n - n%8
+}
+
+// PlainWords stops at the word of the first byte a JSON string cannot hold
+// as it is, whichever byte of the word it is and whatever the others are
+// (the word test's borrows and carries): every byte value at every place
+// of a word, after plain words and after none; then random strings.
+func TestPlainWords(t *testing.T) {
+	for c := range 256 {
+		for at := range 8 {
+			for _, lead := range []string{"", "abcdefgh", "~~~~~~~~ !#$%&'("} {
+				w := []byte("0123456789abcdef")
+				w[at] = byte(c)
+				s := lead + string(w)
+				if got, want := PlainWords(s), plainWordsByBytes(s); got != want {
+					t.Fatalf("PlainWords(%q) = %d, want %d", s, got, want)
+				}
+				if got, want := PlainWords([]byte(s)), plainWordsByBytes(s); got != want {
+					t.Fatalf("PlainWords([]byte(%q)) = %d, want %d", s, got, want)
+				}
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte("ab \"\\\x00\x1f\x20\x7e\x7f\x80\xff\xc3\xa9/<>&")
+	for range 20000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			if rng.IntN(6) == 0 {
+				b[i] = alphabet[rng.IntN(len(alphabet))]
+			} else {
+				b[i] = 'a' + byte(rng.IntN(26))
+			}
+		}
+		if got, want := PlainWords(string(b)), plainWordsByBytes(string(b)); got != want {
+			t.Fatalf("PlainWords(%q) = %d, want %d", b, got, want)
+		}
 	}
 }

@@ -58,9 +58,10 @@ type Options struct {
 
 // Client calls the Anthropic Messages API. It is safe for concurrent use.
 type Client struct {
-	opts   Options
-	url    string
-	client *http.Client
+	opts    Options
+	url     string
+	client  *http.Client
+	headers *wire.Headers
 }
 
 var _ provider.Provider = (*Client)(nil)
@@ -81,7 +82,10 @@ func New(opts Options) *Client {
 	if opts.AuthHeader == "" {
 		opts.AuthHeader = "x-api-key"
 	}
-	return &Client{opts: opts, url: base + "/v1/messages", client: wire.NewHTTPClient(opts.HTTPClient)}
+	// opts.Headers may replace anthropic-version, never the credential's
+	// header.
+	headers := wire.NewHeaders(opts.AuthHeader, map[string]string{"anthropic-version": opts.Version}, opts.Headers)
+	return &Client{opts: opts, url: base + "/v1/messages", client: wire.NewHTTPClient(opts.HTTPClient), headers: headers}
 }
 
 // URL is the endpoint the client posts to.
@@ -103,10 +107,7 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 	if err != nil {
 		return a.Fail("anthropic: encoding the request: "+err.Error(), "", nil)
 	}
-	// opts.Headers may replace anthropic-version, never the credential's
-	// header.
-	hreq, err := wire.NewRequest(c.url, body, c.opts.AuthHeader, req.Credential.Secret,
-		map[string]string{"anthropic-version": c.opts.Version}, c.opts.Headers)
+	hreq, err := c.headers.Request(c.url, body, req.Credential.Secret)
 	if err != nil {
 		return a.Fail("anthropic: "+err.Error(), "", nil)
 	}

@@ -53,10 +53,11 @@ type Options struct {
 // Client calls the Gemini API's streamGenerateContent. It is safe for
 // concurrent use.
 type Client struct {
-	opts   Options
-	base   string
-	client *http.Client
-	vertex *vertexAuth // nil: Google AI
+	opts    Options
+	base    string
+	client  *http.Client
+	vertex  *vertexAuth // nil: Google AI
+	headers *wire.Headers
 }
 
 var _ provider.Provider = (*Client)(nil)
@@ -68,12 +69,13 @@ func New(opts Options) *Client {
 			opts.AuthHeader = "Authorization"
 		}
 		v := newVertexAuth(*opts.Vertex)
-		return &Client{opts: opts, base: vertexBaseURL(opts.BaseURL, v.opts.Location), client: wire.NewHTTPClient(opts.HTTPClient), vertex: v}
+		return &Client{opts: opts, base: vertexBaseURL(opts.BaseURL, v.opts.Location), client: wire.NewHTTPClient(opts.HTTPClient), vertex: v,
+			headers: wire.NewHeaders(opts.AuthHeader, opts.Headers)}
 	}
 	if opts.AuthHeader == "" {
 		opts.AuthHeader = "x-goog-api-key"
 	}
-	return &Client{opts: opts, base: baseURL(opts.BaseURL), client: wire.NewHTTPClient(opts.HTTPClient)}
+	return &Client{opts: opts, base: baseURL(opts.BaseURL), client: wire.NewHTTPClient(opts.HTTPClient), headers: wire.NewHeaders(opts.AuthHeader, opts.Headers)}
 }
 
 // baseURL is the API root of base (see Options.BaseURL), without a
@@ -154,7 +156,7 @@ func (c *Client) Stream(ctx context.Context, req *provider.Request, onDelta func
 	if err != nil {
 		return a.Fail("gemini: encoding the request: "+err.Error(), "", nil)
 	}
-	hreq, err := wire.NewRequest(u, body, c.opts.AuthHeader, secret, c.opts.Headers)
+	hreq, err := c.headers.Request(u, body, secret)
 	if err != nil {
 		return a.Fail("gemini: "+err.Error(), "", nil)
 	}

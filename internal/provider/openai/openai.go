@@ -108,12 +108,13 @@ type Options struct {
 // Client calls the OpenAI Responses or Chat Completions API (or an
 // OpenAI-compatible server). It is safe for concurrent use.
 type Client struct {
-	opts   Options
-	api    string
-	url    string
-	client *http.Client
-	chain  *chainCache
-	entra  *entraAuth // nil: the secret is the key
+	opts    Options
+	api     string
+	url     string
+	client  *http.Client
+	chain   *chainCache
+	entra   *entraAuth // nil: the secret is the key
+	headers *wire.Headers
 }
 
 var _ provider.Provider = (*Client)(nil)
@@ -139,7 +140,7 @@ func New(opts Options) *Client {
 	if opts.ChainCacheSize <= 0 {
 		opts.ChainCacheSize = DefaultChainCacheSize
 	}
-	c := &Client{opts: opts, api: api, client: wire.NewHTTPClient(opts.HTTPClient)}
+	c := &Client{opts: opts, api: api, client: wire.NewHTTPClient(opts.HTTPClient), headers: wire.NewHeaders(opts.AuthHeader, opts.Headers)}
 	if opts.Azure && opts.EntraID {
 		c.entra = newEntraAuth(opts)
 	}
@@ -258,7 +259,7 @@ func (c *Client) newRequest(req *provider.Request, body any) (*http.Request, err
 	if c.opts.Azure && c.api == APIChat {
 		u = azureURL(c.opts.BaseURL, req.Model, c.opts.APIVersion)
 	}
-	return wire.NewRequest(u, b, c.opts.AuthHeader, req.Credential.Secret, c.opts.Headers)
+	return c.headers.Request(u, b, req.Credential.Secret)
 }
 
 func jsonQuote(s string) string {

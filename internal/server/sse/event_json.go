@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
+	"github.com/agentd/agentd/internal/jsonenc"
 )
 
 // AppendEventJSON appends an event's JSON (every kind but tool_call, whose
@@ -283,8 +284,15 @@ func appendDigits(dst []byte, n, width int) []byte {
 // false for a string that is not UTF-8 (protojson's error).
 func appendJSONString(dst []byte, s string) ([]byte, bool) {
 	dst = append(dst, '"')
-	i := 0
+	i, next := 0, 0 // next: where the next word may be tested
 	for i < len(s) {
+		if i >= next {
+			if n := jsonenc.PlainWords(s[i:]); n > 0 {
+				i += n
+				continue
+			}
+			next = i + 8 // a byte at a time to the end of this word
+		}
 		c := s[i]
 		if c >= utf8.RuneSelf {
 			r, n := utf8.DecodeRuneInString(s[i:])
@@ -318,7 +326,7 @@ func appendJSONString(dst []byte, s string) ([]byte, bool) {
 			dst = append(dst, "0000"[1+(bits.Len32(uint32(c))-1)/4:]...)
 			dst = strconv.AppendUint(dst, uint64(c), 16)
 		}
-		s, i = s[i+1:], 0
+		s, i, next = s[i+1:], 0, next-i-1
 	}
 	dst = append(dst, s...)
 	return append(dst, '"'), true

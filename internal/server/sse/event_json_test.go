@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/server/convert"
@@ -23,7 +25,8 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 	m := NewMarshaler()
 	rng := rand.New(rand.NewPCG(1, 2))
 	pieces := []string{"a", "Z", " ", "\"", "\\", "\n", "\r", "\t", "\b", "\f", "\x00", "\x01", "\x1f", "\x7f",
-		"é", "€", "😀", "\u2028", "<", ">", "&", "{", "}", ":", ",", "data: x", "id: 9"}
+		"é", "€", "😀", "\u2028", "<", ">", "&", "{", "}", ":", ",", "data: x", "id: 9",
+		"plain ascii ", "ses_72vezwoigmhi2doj6h5ltl2p7m"} // runs the writer passes a word at a time
 	invalid := []string{"\xff", "\xc3", "\xed\xa0\x80"}
 	str := func() string {
 		var b strings.Builder
@@ -129,6 +132,42 @@ func TestEventJSONMatchesProtojson(t *testing.T) {
 		if fast[typ] != 0 {
 			t.Errorf("%s: on the fast path", typ)
 		}
+	}
+}
+
+// appendJSONString quotes as protojson does, and declines what protojson
+// refuses, whatever byte ends a run of plain words and wherever it falls
+// in its word.
+func TestJSONStringMatchesProtojson(t *testing.T) {
+	odd := []string{"\"", "\\", "\n", "\x00", "\x1f", "\x7f", "é", "😀", "\u2028", "<", "\xff", "\xc3", "\xed\xa0\x80"}
+	for _, lead := range []string{"", "a", "abcdefg", "abcdefgh", "abcdefghijklmnopq"} {
+		for _, o := range odd {
+			for _, tail := range []string{"", "x", "0123456789abcdef"} {
+				checkJSONString(t, lead+o+tail)
+				checkJSONString(t, lead+o+tail+o)
+			}
+		}
+	}
+}
+
+func FuzzJSONString(f *testing.F) {
+	for _, s := range []string{"", "plain", "ses_72vezwoigmhi2doj6h5ltl2p7m", "tab\there and \"quotes\"", "caf\xc3\xa9 \xff", "0123456789abcde\u2028"} {
+		f.Add(s)
+	}
+	f.Fuzz(checkJSONString)
+}
+
+func checkJSONString(t *testing.T, s string) {
+	t.Helper()
+	want, werr := protojson.Marshal(wrapperspb.String(s))
+	got, ok := appendJSONString([]byte("x"), s)
+	switch {
+	case ok != (werr == nil):
+		t.Fatalf("appendJSONString(%q): ok %v, protojson's error %v", s, ok, werr)
+	case ok && string(got[1:]) != string(want):
+		t.Fatalf("appendJSONString(%q) = %s, protojson %s", s, got[1:], want)
+	case got[0] != 'x':
+		t.Fatalf("appendJSONString(%q) lost what came before", s)
 	}
 }
 

@@ -178,13 +178,24 @@ func NewHTTPClient(c *http.Client) *http.Client {
 // then each of headers in turn (a later one may replace what was set
 // before), then, when secret is not empty, the credential's header:
 // authHeader "Authorization" (in any case) carries "Bearer <secret>", any
-// other the secret itself.
+// other the secret itself. A client makes its [Headers] once instead.
 func NewRequest(url string, body []byte, authHeader, secret string, headers ...map[string]string) (*http.Request, error) {
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	h := req.Header
+	return NewHeaders(authHeader, headers...).Request(url, body, secret)
+}
+
+// Headers are the headers of a client's streaming calls, made once (keys
+// in canonical form, values in one backing array), so that a call copies
+// them in one step instead of setting each.
+type Headers struct {
+	fixed  http.Header // Content-Type, Accept, then the client's headers
+	auth   string      // the credential's header, canonical
+	bearer bool        // it is Authorization: "Bearer <secret>"
+}
+
+// NewHeaders makes the headers [NewRequest] sets, for its authHeader and
+// headers.
+func NewHeaders(authHeader string, headers ...map[string]string) *Headers {
+	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "text/event-stream")
 	for _, hs := range headers {
@@ -192,12 +203,24 @@ func NewRequest(url string, body []byte, authHeader, secret string, headers ...m
 			h.Set(k, v)
 		}
 	}
+	hs := &Headers{auth: http.CanonicalHeaderKey(authHeader), bearer: strings.EqualFold(authHeader, "authorization")}
+	hs.fixed = h.Clone()
+	return hs
+}
+
+// Request builds the POST to url of body with the headers and, when secret
+// is not empty, the credential's header.
+func (hs *Headers) Request(url string, body []byte, secret string) (*http.Request, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = hs.fixed.Clone()
 	if secret != "" {
-		if strings.EqualFold(authHeader, "authorization") {
-			h.Set("Authorization", "Bearer "+secret)
-		} else {
-			h.Set(authHeader, secret)
+		if hs.bearer {
+			secret = "Bearer " + secret
 		}
+		req.Header[hs.auth] = []string{secret} // replaces a fixed one
 	}
 	return req, nil
 }

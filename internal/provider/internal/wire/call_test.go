@@ -3,6 +3,7 @@ package wire
 import (
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/agentd/agentd/internal/provider"
@@ -48,6 +49,40 @@ func TestNewRequest(t *testing.T) {
 	}
 	if _, err := NewRequest("://bad", nil, "", ""); err == nil {
 		t.Error("a bad URL is accepted")
+	}
+}
+
+// A client's Headers make each request's header its own: what one request
+// (or the transport) does to it reaches neither the next nor the fixed set,
+// and each call carries its own credential.
+func TestHeadersAreEachRequests(t *testing.T) {
+	hs := NewHeaders("authorization", map[string]string{"x-trace": "t", "Authorization": "Bearer configured"})
+	a, err := hs.Request("http://example.test", nil, "key-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Header.Set("X-Trace", "changed")
+	a.Header.Add("Accept", "application/json")
+	a.Header.Del("Content-Type")
+	b, err := hs.Request("http://example.test", nil, "key-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string][]string{
+		"X-Trace": {"t"}, "Accept": {"text/event-stream"}, "Content-Type": {"application/json"},
+		"Authorization": {"Bearer key-b"},
+	} {
+		if got := b.Header.Values(k); !slices.Equal(got, want) {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if got := a.Header.Get("Authorization"); got != "Bearer key-a" {
+		t.Errorf("the first request's credential = %q", got)
+	}
+	// No secret: the configured header goes as it is, as NewRequest sends it.
+	c, _ := hs.Request("http://example.test", nil, "")
+	if got := c.Header.Get("Authorization"); got != "Bearer configured" {
+		t.Errorf("without a secret, Authorization = %q", got)
 	}
 }
 

@@ -2,6 +2,8 @@ package wire
 
 import (
 	"strings"
+
+	"github.com/agentd/agentd/internal/jsonenc"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -162,23 +164,25 @@ func (s *Scanner) RawString() ([]byte, bool) {
 	if !s.Byte('"') {
 		return nil, false
 	}
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
+	// The index in a local, not the field: the loop then keeps it in a
+	// register (a key is read here, a few bytes, on every member).
+	b, start := s.b, s.i
+	for i := start; i < len(b); {
+		c := b[i]
 		switch {
 		case c == '"':
-			s.i++
-			return s.b[start : s.i-1], true
+			s.i = i + 1
+			return b[start:i], true
 		case c == '\\' || c < ' ':
 			return nil, false
 		case c < utf8.RuneSelf:
-			s.i++
+			i++
 		default:
-			r, size := utf8.DecodeRune(s.b[s.i:])
+			r, size := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && size == 1 {
 				return nil, false
 			}
-			s.i += size
+			i += size
 		}
 	}
 	return nil, false
@@ -186,28 +190,40 @@ func (s *Scanner) RawString() ([]byte, bool) {
 
 // String reads a string and decodes it as encoding/json does. A string
 // that needs no decoding costs one allocation (none when empty), one with
-// escapes or invalid UTF-8 one too.
+// escapes or invalid UTF-8 one too. Its plain ASCII is passed over a word
+// at a time: a text can be long, where RawString's keys and kinds are a
+// few bytes, for which the word's test costs more than it saves.
 func (s *Scanner) String() (string, bool) {
 	if !s.Byte('"') {
 		return "", false
 	}
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
+	b, start := s.b, s.i
+	next := start // where the next word may be tested
+	for i := start; i < len(b); {
+		if i >= next {
+			if n := jsonenc.PlainWords(b[i:]); n > 0 {
+				i += n
+				continue
+			}
+			next = i + 8 // a byte at a time to the end of this word
+		}
+		c := b[i]
 		switch {
 		case c == '"':
-			s.i++
-			return string(s.b[start : s.i-1]), true
+			s.i = i + 1
+			return string(b[start:i]), true
 		case c == '\\' || c < ' ':
+			s.i = i
 			return s.unquote(start)
 		case c < utf8.RuneSelf:
-			s.i++
+			i++
 		default:
-			r, size := utf8.DecodeRune(s.b[s.i:])
+			r, size := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && size == 1 {
+				s.i = i
 				return s.unquote(start)
 			}
-			s.i += size
+			i += size
 		}
 	}
 	return "", false

@@ -17,6 +17,11 @@ var scanSeeds = []string{
 	`null`, `true`, `false`, ` true `, `truex`, `fals`, `nul`, `[]`, `{}`, `[1,"a",{"b":null}]`, `{"a":[1,2,{"c":"d"}]}`, `[1,]`,
 	`{"a":1,}`, `{"a" 1}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 	` "padded" `, `1.`, `.5`, `-1.5e+10`, `2E-3`,
+	// Plain runs a word long and more, ended by each kind of byte at each
+	// place of a word (String passes plain words at a time).
+	`"abcdefgh"`, `"abcdefghijklmnop"`, `"abcdefg\n"`, `"abcdefgh\n"`, `"abcdefghi\u00e9xyz"`,
+	"\"abcdefgh\xc3\xa9abcdefgh\"", "\"abcdefghijk\xffabcdefgh\"", "\"abcdefghij\tklmnop\"",
+	`"s1796645435696591493a1796645435688888328 "`, `"abcdefghijklmnopqrstuvw`,
 }
 
 // FuzzScannerString checks String against json.Unmarshal into a string:
