@@ -195,7 +195,7 @@ func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *na
 	// error before the first event is sent chunked too.
 	w.Header().Set("Transfer-Encoding", "chunked")
 	s := &sseStream{w: w, rc: http.NewResponseController(w), m: a.sse, req: req, maxRecv: a.maxBody,
-		heartbeat: a.heartbeat, last: time.Now(), frames: a.frames}
+		heartbeat: a.heartbeat, last: time.Now(), frames: a.frames, spawn: a.agent.sessions.Go}
 	s.ctx = context.WithValue(sctx, sseStreamKey{}, s)
 	return s, func() {
 		s.shared.leave() // joined on the first event
@@ -224,6 +224,7 @@ type sseStream struct {
 	maxRecv   int64         // the gRPC server's receive limit
 	heartbeat time.Duration
 	frames    *frameCache
+	spawn     func(func()) // runs the first write (session.Manager.Go)
 
 	committed bool           // the status line and headers are set
 	flushed   bool           // and written
@@ -325,16 +326,19 @@ func (s *sseStream) write(p []byte, frame bool) error {
 	flush := s.sub == nil || s.sub.Buffered() == 0
 	if !s.flushed && flush {
 		// The first flush sends the header too, and net/http's header
-		// writer takes about 4.5 KiB of stack: done on a goroutine of its
-		// own (the handler's waits for it, so the response is never used
-		// by two at once), the handler's goroutine, on which an idle
-		// stream waits for hours, keeps an 8 KiB stack instead of 16.
-		// Frames before it stay in the response's buffer (the header is
-		// written when that is flushed, or when a frame overflows it), so
-		// a prompt's first events, taken in one batch, go out in one write.
+		// writer takes about 4.5 KiB of stack: done on another goroutine
+		// (the handler's waits for it, so the response is never used by
+		// two at once), the handler's goroutine, on which an idle stream
+		// waits for hours, keeps an 8 KiB stack instead of 16. That
+		// goroutine is one the sessions keep for their runs (a new one's
+		// stack was grown and copied for every stream: ≈ 2.5 % of the
+		// instructions of a prompt). Frames before it stay in the
+		// response's buffer (the header is written when that is flushed,
+		// or when a frame overflows it), so a prompt's first events, taken
+		// in one batch, go out in one write.
 		s.flushed = true
 		errc := make(chan error, 1)
-		go func() { errc <- s.writeOut(p, frame, true) }()
+		s.spawn(func() { errc <- s.writeOut(p, frame, true) })
 		return <-errc
 	}
 	return s.writeOut(p, frame, flush)

@@ -619,6 +619,15 @@ func (m *Manager) Close(ctx context.Context) error {
 	return err
 }
 
+// Go runs f on one of the goroutines kept for the prompts' runs: a
+// waiting one, whose stack a run has grown already, else a new one, kept
+// after f for the next run. It is for a short call that goes deep, on the
+// way of every prompt, so that a goroutine's stack is not grown and copied
+// for each: the server writes an SSE stream's header and first frames
+// with it. f holds its goroutine until it returns; no call ever waits for
+// a goroutine.
+func (m *Manager) Go(f func()) { m.workers.start(f) }
+
 // ShedIdleWorkers ends the goroutines kept for the next prompts' runs that
 // wait now, and with them their stacks (up to 2 MiB): for when the load
 // has dropped.

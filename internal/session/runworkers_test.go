@@ -44,6 +44,32 @@ func TestRunWorkersReuseTheGoroutine(t *testing.T) {
 	})
 }
 
+// Manager.Go runs a call on the goroutine a run left waiting (its stack
+// grown already), which then waits for the next run again; after close it
+// still runs the call, on a goroutine that then ends (synctest.Test fails
+// if one is left).
+func TestManagerGoRunsOnTheRunWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &Manager{workers: newRunWorkers()}
+		ids := make(chan uint64, 1)
+		m.workers.start(func() { growRunStack(padIndex); ids <- goroutineID(t) })
+		run := <-ids
+		synctest.Wait()
+		m.Go(func() { ids <- goroutineID(t) })
+		if call := <-ids; call != run {
+			t.Fatalf("Go ran on goroutine %d, the run on %d: not on the waiting worker", call, run)
+		}
+		synctest.Wait()
+		if n := m.workers.idle.Load(); n != 1 {
+			t.Fatalf("waiting workers after Go: %d, want 1", n)
+		}
+		m.workers.close()
+		synctest.Wait()
+		m.Go(func() { ids <- goroutineID(t) })
+		<-ids
+	})
+}
+
 // Runs never wait for a worker: with every worker busy a run gets a
 // goroutine of its own, and of the ones that finish only
 // maxIdleRunWorkers stay.
