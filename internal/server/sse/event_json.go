@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -243,17 +244,8 @@ func appendJSONTime(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 	if secs < -62135596800 || secs > 253402300799 || nanos < 0 || nanos > 999999999 {
 		return dst, false
 	}
-	t := time.Unix(secs, int64(nanos)).UTC()
 	dst = append(dst, '"')
-	// 2006-01-02T15:04:05, without the layout parser (once per frame).
-	y, mo, d := t.Date()
-	h, mi, sec := t.Clock()
-	dst = appendDigits(dst, y, 4)
-	dst = appendDigits(append(dst, '-'), int(mo), 2)
-	dst = appendDigits(append(dst, '-'), d, 2)
-	dst = appendDigits(append(dst, 'T'), h, 2)
-	dst = appendDigits(append(dst, ':'), mi, 2)
-	dst = appendDigits(append(dst, ':'), sec, 2)
+	dst = append(dst, secondOf(secs)...)
 	if nanos != 0 {
 		var frac [10]byte
 		f := strconv.AppendUint(frac[:0], uint64(nanos)+1e9, 10)[1:] // nine digits
@@ -267,6 +259,37 @@ func appendJSONTime(dst []byte, ev *agentdv1.Event) ([]byte, bool) {
 		dst = append(dst, f...)
 	}
 	return append(dst, `Z"`...), true
+}
+
+// secondText is a second's 2006-01-02T15:04:05.
+type secondText struct {
+	secs int64
+	text string
+}
+
+// lastSecond is the second a frame was last written in: a stream's frames,
+// and all the streams' of a moment, fall mostly in the same one.
+var lastSecond atomic.Pointer[secondText]
+
+// secondOf returns 2006-01-02T15:04:05 for secs (UTC), without the layout
+// parser, and made once per second written rather than once per frame.
+func secondOf(secs int64) string {
+	if l := lastSecond.Load(); l != nil && l.secs == secs {
+		return l.text
+	}
+	t := time.Unix(secs, 0).UTC()
+	y, mo, d := t.Date()
+	h, mi, sec := t.Clock()
+	b := make([]byte, 0, len("2006-01-02T15:04:05"))
+	b = appendDigits(b, y, 4)
+	b = appendDigits(append(b, '-'), int(mo), 2)
+	b = appendDigits(append(b, '-'), d, 2)
+	b = appendDigits(append(b, 'T'), h, 2)
+	b = appendDigits(append(b, ':'), mi, 2)
+	b = appendDigits(append(b, ':'), sec, 2)
+	l := &secondText{secs: secs, text: string(b)}
+	lastSecond.Store(l)
+	return l.text
 }
 
 // appendDigits appends n (0 ≤ n < 10^width) in width digits, zero-padded.
