@@ -309,16 +309,7 @@ func (s *Server) httpHandler() (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &jsonpb),
 		runtime.WithMarshalerOption(sse.ContentType, events),
-		runtime.WithIncomingHeaderMatcher(func(h string) (string, bool) {
-			switch http.CanonicalHeaderKey(h) {
-			case "Last-Event-Id":
-				return lastEventIDKey, true
-			case "Traceparent", "Tracestate":
-				// W3C trace context, for the prompt's span.
-				return strings.ToLower(h), true
-			}
-			return runtime.DefaultHeaderMatcher(h)
-		}),
+		runtime.WithIncomingHeaderMatcher(memoHeaders(matchHeader, commonHeaders)),
 		runtime.WithMetadata(grantMetadata), // stream tickets (web.go)
 	)
 	ctx := context.Background()
@@ -347,6 +338,54 @@ func (s *Server) httpHandler() (http.Handler, error) {
 }
 
 // metricsRoute serves the registry, its store gauges refreshed first.
+// matchHeader is the gateway's incoming header matcher: the HTTP headers
+// the service sees as metadata, and under which keys.
+func matchHeader(h string) (string, bool) {
+	switch http.CanonicalHeaderKey(h) {
+	case "Last-Event-Id":
+		return lastEventIDKey, true
+	case "Traceparent", "Tracestate":
+		// W3C trace context, for the prompt's span.
+		return strings.ToLower(h), true
+	}
+	return runtime.DefaultHeaderMatcher(h)
+}
+
+// commonHeaders are the header keys (as net/http's server keeps them,
+// canonical) whose match memoHeaders keeps: the ones the gateway forwards,
+// and the ones clients send most that it does not.
+var commonHeaders = []string{
+	"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges", "Authorization",
+	"Cache-Control", "Connection", "Content-Length", "Content-Type", "Cookie", "Date", "Expect", "From",
+	"Host", "If-Match", "If-Modified-Since", "If-None-Match", "If-Schedule-Tag-Match", "If-Unmodified-Since",
+	"Last-Event-Id", "Max-Forwards", "Origin", "Pragma", "Referer", "Sec-Fetch-Dest", "Sec-Fetch-Mode",
+	"Sec-Fetch-Site", "Traceparent", "Tracestate", "User-Agent", "Via", "Warning", "X-Forwarded-For",
+	"X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id",
+}
+
+// memoHeaders returns match with its answers for keys made once: the
+// gateway asks for every header of every request, and match canonicalizes
+// the key (twice, with the gateway's own matcher) and makes the metadata
+// key anew each time, ≈ 1000 instructions and an allocation a header.
+// Other keys are matched on the spot.
+func memoHeaders(match func(string) (string, bool), keys []string) func(string) (string, bool) {
+	type answer struct {
+		key string
+		ok  bool
+	}
+	known := make(map[string]answer, len(keys))
+	for _, k := range keys {
+		md, ok := match(k)
+		known[k] = answer{md, ok}
+	}
+	return func(h string) (string, bool) {
+		if a, ok := known[h]; ok {
+			return a.key, a.ok
+		}
+		return match(h)
+	}
+}
+
 func (s *Server) metricsRoute() http.Handler {
 	return s.metricsHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry}))
 }

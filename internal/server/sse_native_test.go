@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	gwruntime "github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -817,5 +818,30 @@ func TestNativeSSEGoroutines(t *testing.T) {
 		testkit.Eventually(t, fmt.Sprintf("stream %d ended after its client went away", i), func() bool {
 			return sess.Subscribers() == 0
 		})
+	}
+}
+
+// The memoized header matcher answers as the matcher itself for every key
+// it keeps and for others, in any case.
+func TestMemoHeadersMatchesTheMatcher(t *testing.T) {
+	memo := memoHeaders(matchHeader, commonHeaders)
+	keys := append(slices.Clone(commonHeaders), "X-Custom", "Grpc-Metadata-Foo", "Grpc-Timeout", "")
+	for _, k := range keys {
+		for _, v := range []string{k, strings.ToLower(k), strings.ToUpper(k)} {
+			gk, gok := memo(v)
+			wk, wok := matchHeader(v)
+			if gk != wk || gok != wok {
+				t.Errorf("%q: memo %q %v, matcher %q %v", v, gk, gok, wk, wok)
+			}
+		}
+	}
+	if k, ok := memo("Last-Event-Id"); !ok || k != lastEventIDKey {
+		t.Errorf("Last-Event-Id: %q %v", k, ok)
+	}
+	if k, ok := memo("Accept"); !ok || k != gwruntime.MetadataPrefix+"Accept" {
+		t.Errorf("Accept: %q %v", k, ok)
+	}
+	if _, ok := memo("Content-Length"); ok {
+		t.Error("Content-Length is forwarded")
 	}
 }
