@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -205,7 +206,14 @@ func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, prompt
 			}
 			continue
 		case err != nil:
-			return err
+			// Where the client stood, for a wait that ran out: the session,
+			// its last event and the resumes before it.
+			last := "none"
+			if n := len(f.seen); n > 0 {
+				last = fmt.Sprintf("%d %s", f.seen[n-1].Seq, f.seen[n-1].Type)
+			}
+			return fmt.Errorf("session %s, prompt %s: %d events read (the last: %s), %d resumes: %w",
+				id, promptID, len(f.seen), last, f.resumes, err)
 		}
 		f.seen = append(f.seen, e)
 		if e.Type == session.EventPromptEnd && e.PromptID == promptID {
@@ -290,6 +298,11 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 	cl.Kill(old)
 	for range n {
 		if err := <-errs; err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				// Every goroutine's stack, to tell which wait never ended.
+				buf := make([]byte, 1<<20)
+				t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+			}
 			t.Fatal(err)
 		}
 	}
