@@ -153,7 +153,7 @@ func unaryRouteOf(r *http.Request) (*unaryRoute, string) {
 // method in its own way (an escaped path, X-HTTP-Method-Override), nor when
 // the Accept header selects another marshaler than the JSON one.
 func (a *webAPI) nativeJSON(r *http.Request) (runtime.Marshaler, bool) {
-	if r.URL.RawPath != "" || r.Header.Get("X-HTTP-Method-Override") != "" {
+	if r.URL.RawPath != "" || headerValue(r.Header, "X-Http-Method-Override") != "" {
 		return nil, false
 	}
 	inbound, outbound := runtime.MarshalerForRequest(a.gw, r)
@@ -607,7 +607,7 @@ func (a *webAPI) startPromptViaGRPC(w http.ResponseWriter, r *http.Request, sess
 
 // writeStarted answers a prompt start.
 func writeStarted(w http.ResponseWriter, sessionID, promptID string, seq uint64) {
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = []string{"application/json"}
 	// A failed write means the client is gone: there is no one to tell.
 	_ = json.NewEncoder(w).Encode(promptStarted{SessionID: sessionID, PromptID: promptID,
 		AfterSeq: strconv.FormatUint(seq-1, 10)})

@@ -468,6 +468,7 @@ func TestLocalModeBrowserGuards(t *testing.T) {
 		{"null origin", http.Header{"Origin": {"null"}, "Content-Type": {"application/json"}}, "Origin"},
 		{"same origin, form", http.Header{"Origin": {ts.baseURL}, "Content-Type": {"application/x-www-form-urlencoded"}}, "Content-Type"},
 		{"no origin, cross-site fetch", http.Header{"Sec-Fetch-Site": {"cross-site"}, "Content-Type": {"application/json"}}, "Sec-Fetch-Site"},
+		{"a browser's form, by its fetch mode alone", http.Header{"Sec-Fetch-Mode": {"no-cors"}, "Content-Type": {"text/plain"}}, "Content-Type"},
 		{"rebinding host", http.Header{"Host": {"attacker.example:8080"}, "Content-Type": {"application/json"}}, "Host"},
 	} {
 		wantStatus(t, do("POST", "/v1/credentials", cred, c.h), 403, codes.PermissionDenied, c.msg)

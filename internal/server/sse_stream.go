@@ -99,7 +99,7 @@ func (c streamChain) bind(info *grpc.StreamServerInfo, h grpc.StreamHandler) grp
 // exactly text/event-stream), or the gateway reads the path or the method
 // in its own way (an escaped path, X-HTTP-Method-Override).
 func (a *webAPI) nativeSSE(r *http.Request) (runtime.Marshaler, bool) {
-	if r.URL.RawPath != "" || r.Header.Get("X-HTTP-Method-Override") != "" {
+	if r.URL.RawPath != "" || headerValue(r.Header, "X-Http-Method-Override") != "" {
 		return nil, false
 	}
 	inbound, outbound := runtime.MarshalerForRequest(a.gw, r)
@@ -193,7 +193,7 @@ func (a *webAPI) prepareNative(w http.ResponseWriter, r *http.Request, route *na
 	sctx, cancelDeadline := serverContext(ctx, actx, outgoing)
 	// runtime.ForwardResponseStream sets it before reading the stream: an
 	// error before the first event is sent chunked too.
-	w.Header().Set("Transfer-Encoding", "chunked")
+	w.Header()["Transfer-Encoding"] = []string{"chunked"}
 	s := &sseStream{w: w, rc: http.NewResponseController(w), m: a.sse, req: req, maxRecv: a.maxBody,
 		heartbeat: a.heartbeat, last: time.Now(), frames: a.frames, spawn: a.agent.sessions.Go}
 	s.ctx = context.WithValue(sctx, sseStreamKey{}, s)
@@ -275,9 +275,10 @@ func (s *sseStream) SendMsg(m any) error {
 	if !s.committed {
 		// As runtime.ForwardResponseStream on the first message, with the
 		// gRPC response's header metadata that the gateway forwarded.
+		// (h.Set, the keys canonical already.)
 		h := s.w.Header()
-		h.Set("Grpc-Metadata-Content-Type", "application/grpc")
-		h.Set("Content-Type", sse.ContentType)
+		h["Grpc-Metadata-Content-Type"] = []string{"application/grpc"}
+		h["Content-Type"] = []string{sse.ContentType}
 		s.committed = true
 	}
 	return s.write(frame, true)
@@ -374,7 +375,7 @@ func clientGone(err error) error {
 // heartbeatWriter does.
 func (s *sseStream) ping() error {
 	if !s.committed {
-		s.w.Header().Set("Content-Type", sse.ContentType)
+		s.w.Header()["Content-Type"] = []string{sse.ContentType}
 		s.w.WriteHeader(http.StatusOK)
 		s.committed = true
 	}
@@ -445,7 +446,7 @@ func (s *sseStream) finish(err error) {
 	// gateway's client received it.
 	st, _ := overTheWire(err)
 	if !s.committed {
-		s.w.Header().Set("Content-Type", sse.ContentType)
+		s.w.Header()["Content-Type"] = []string{sse.ContentType}
 		s.w.WriteHeader(runtime.HTTPStatusFromCode(st.Code()))
 		s.committed = true
 	}

@@ -247,7 +247,7 @@ func hasSuffixFold(s, suffix string) bool {
 
 // bearer checks r's Authorization header.
 func (a *webAPI) bearer(r *http.Request) error {
-	h := r.Header.Get("Authorization")
+	h := headerValue(r.Header, "Authorization")
 	if h == "" {
 		return errNoToken
 	}
@@ -270,8 +270,8 @@ func (a *webAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
 // cors sets the CORS headers for an allowed origin and answers preflights.
 // It reports whether the request has been answered.
 func (a *webAPI) cors(w http.ResponseWriter, r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	preflight := r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != ""
+	origin := headerValue(r.Header, "Origin")
+	preflight := r.Method == http.MethodOptions && origin != "" && headerValue(r.Header, "Access-Control-Request-Method") != ""
 	h := w.Header()
 	if len(a.origins) > 0 {
 		h.Add("Vary", "Origin")
@@ -328,7 +328,7 @@ func withQuery(r *http.Request, q url.Values) *http.Request {
 // Last-Event-ID that is not a seq is INVALID_ARGUMENT, whatever the URL
 // says.
 func resumeFromLastEventID(r *http.Request) (*http.Request, error) {
-	header := r.Header.Get("Last-Event-ID")
+	header := headerValue(r.Header, "Last-Event-Id")
 	if header == "" {
 		return r, nil
 	}
@@ -534,7 +534,7 @@ func (w *heartbeatWriter) tick() (time.Duration, bool) {
 	}
 	if !w.committed {
 		w.committed, w.pinged = true, true
-		w.rw.Header().Set("Content-Type", sse.ContentType)
+		w.rw.Header()["Content-Type"] = []string{sse.ContentType}
 		w.rw.WriteHeader(http.StatusOK)
 	}
 	if _, err := io.WriteString(w.rw, ": ping\n\n"); err != nil {

@@ -148,7 +148,9 @@ func WriteData(b *bytes.Buffer, data []byte) {
 
 // Wanted reports whether the request asks for an event stream.
 func Wanted(r *http.Request) bool {
-	for _, a := range r.Header.Values("Accept") {
+	// The key as net/http's server keeps it: Values would canonicalize it
+	// on every request.
+	for _, a := range r.Header["Accept"] {
 		if strings.Contains(a, ContentType) {
 			return true
 		}
@@ -170,6 +172,6 @@ func Headers(next http.Handler) http.Handler {
 // SetHeaders sets what proxies and browsers need on an event stream: no
 // caching, no buffering.
 func SetHeaders(h http.Header) {
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	h["Cache-Control"] = []string{"no-cache"} // h.Set, the key canonical already
+	h["X-Accel-Buffering"] = []string{"no"}
 }
