@@ -86,19 +86,45 @@ type eventLog struct {
 	// stored already. So no reader sees an event the stored log may not
 	// have. fenced: the replica lost the lease of the running prompt; the
 	// log takes no new events (publish drops them) until unfence, and the
-	// readers of epoch (those subscribed before) end with a *ResumeError
-	// once they have read up to durable.
+	// readers of an earlier epoch (those subscribed before a fence) end
+	// with a *ResumeError once they have read up to the fence's point
+	// (fencedSince), whatever the log took after it.
 	gated   bool
 	durable uint64
 	fenced  bool
 	epoch   uint64
+	fences  []fencePoint // the latest fences, oldest first
+	floor   uint64       // the lowest point of the fences dropped from fences (none: ^0)
+}
+
+// fencePoint is a fence: the epoch it began, and the seq its readers
+// resume after.
+type fencePoint struct{ epoch, at uint64 }
+
+// keptFences bounds a log's record of its fences: a reader older than
+// them all resumes after the lowest point of any (floor).
+const keptFences = 8
+
+// fencedSinceLocked is where a reader subscribed in epoch resumes: the
+// lowest point of the fences since (^0 when none came).
+func (l *eventLog) fencedSinceLocked(epoch uint64) uint64 {
+	at := ^uint64(0)
+	if len(l.fences) > 0 && epoch < l.fences[0].epoch-1 {
+		at = l.floor
+	}
+	for _, f := range l.fences {
+		if f.epoch > epoch {
+			at = min(at, f.at)
+		}
+	}
+	return at
 }
 
 func newEventLog(sessionID string, size int, now func() time.Time, onDrop func()) *eventLog {
 	if onDrop == nil {
 		onDrop = func() {}
 	}
-	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), base: 1, next: 1}
+	return &eventLog{sessionID: sessionID, now: now, onDrop: onDrop, size: uint64(size), base: 1, next: 1, floor: ^uint64(0)}
 }
 
 // publish stamps e with the next seq and the time, stores it and, unless
@@ -162,10 +188,15 @@ func (l *eventLog) stored(seq uint64) {
 // newest the store holds of them; 0: the newest it confirmed) are dropped,
 // the readers subscribed so far end with a *ResumeError after at, and
 // publish drops events until unfence. It returns at.
-func (l *eventLog) fence(at uint64) uint64 {
+func (l *eventLog) fence(at uint64) uint64 { return l.fenceAt(at, at == 0) }
+
+// fenceAt is fence at seq at, 0 included (the store holds none of what
+// the log delivered), or at the newest confirmed seq when confirmed is
+// true; at most there.
+func (l *eventLog) fenceAt(at uint64, confirmed bool) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if at == 0 || at > l.durable {
+	if confirmed || at > l.durable {
 		at = l.durable
 	}
 	if at < l.next-1 {
@@ -182,8 +213,75 @@ func (l *eventLog) fence(at uint64) uint64 {
 	l.durable = at
 	l.fenced = true
 	l.epoch++
+	if len(l.fences) == keptFences {
+		l.floor = min(l.floor, l.fences[0].at)
+		l.fences = append(l.fences[:0], l.fences[1:]...)
+	}
+	l.fences = append(l.fences, fencePoint{epoch: l.epoch, at: at})
 	l.wakeLocked()
 	return at
+}
+
+// suspend stops the log taking events, as fence does, while the point to
+// fence it at is not known yet: its readers read what was delivered
+// and then wait, until fence names the point and ends them.
+func (l *eventLog) suspend() {
+	l.mu.Lock()
+	l.fenced = true
+	l.mu.Unlock()
+}
+
+// eventMark is what tells one event from another at the same seq: a log's
+// copy of an event against the store's after a failover that lost events
+// and took others in their place.
+type eventMark struct {
+	seq      uint64
+	typ      string
+	promptID string
+	time     time.Time
+	text     string
+}
+
+func (h *heldEvent) mark() eventMark {
+	if e := h.full; e != nil {
+		return eventMark{seq: e.Seq, typ: e.Type, promptID: e.PromptID, time: e.Time, text: e.TextDelta}
+	}
+	return eventMark{seq: h.seq, typ: h.typ, promptID: h.promptID, time: h.time, text: h.text}
+}
+
+// is reports whether e is the event m marks.
+func (m eventMark) is(e *Event) bool {
+	return e.Seq == m.seq && e.Type == m.typ && e.PromptID == m.promptID && e.Time.Equal(m.time) && e.TextDelta == m.text
+}
+
+// delivered are the marks of the held events that readers may have read,
+// oldest first, and the newest seq they may have read.
+func (l *eventLog) delivered() (ms []eventMark, upTo uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	upTo = l.visibleLocked()
+	for seq := l.oldestLocked(); seq <= upTo; seq++ {
+		ms = append(ms, l.ring[(seq-l.base)%l.size].mark())
+	}
+	return ms, upTo
+}
+
+// newest is the mark of the newest held event; ok is false when the log
+// holds none.
+func (l *eventLog) newest() (m eventMark, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.next == l.oldestLocked() {
+		return eventMark{}, false
+	}
+	return l.ring[(l.next-1-l.base)%l.size].mark(), true
+}
+
+// taking reports whether the log takes events: not closed, nor fenced.
+func (l *eventLog) taking() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.closed && !l.fenced
 }
 
 // unfence lets the log take events again.
@@ -520,7 +618,16 @@ func (s *Subscription) fill(ctx context.Context) error {
 		l.onDrop()
 		return &DroppedError{After: s.after, Oldest: oldest}
 	}
-	if visible := l.visibleLocked(); visible > s.after {
+	visible := l.visibleLocked()
+	resumeAt := ^uint64(0)
+	if s.epoch != l.epoch {
+		// Fenced since it subscribed: the reader reads up to the fence's
+		// point, not what the log took after it (another prompt's events,
+		// or the store's after a failover, at seqs it may have read).
+		resumeAt = l.fencedSinceLocked(s.epoch)
+		visible = min(visible, resumeAt)
+	}
+	if visible > s.after {
 		n := visible - s.after
 		const batch = 256
 		n = min(n, batch)
@@ -537,7 +644,7 @@ func (s *Subscription) fill(ctx context.Context) error {
 	}
 	if s.epoch != l.epoch {
 		l.mu.Unlock()
-		return &ResumeError{After: l.durable}
+		return &ResumeError{After: min(s.after, resumeAt)}
 	}
 	if l.closed {
 		l.mu.Unlock()

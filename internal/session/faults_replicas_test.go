@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -32,7 +33,11 @@ func topologyReplica(t *testing.T, o redisconn.Options, pace sim.Options, lease 
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sessionstore.NewRedis(conn.Client(), sessionstore.Options{KeyPrefix: "test:", EventBuffer: 4096, Timeout: conn.Timeout()})
+	// The replica's log (its store's and its manager's), shown when the
+	// test fails: what each replica did through the fault.
+	logs := &syncBuffer{}
+	st, err := sessionstore.NewRedis(conn.Client(), sessionstore.Options{KeyPrefix: "test:", EventBuffer: 4096, Timeout: conn.Timeout(),
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +48,12 @@ func topologyReplica(t *testing.T, o redisconn.Options, pace sim.Options, lease 
 		Shared:   st,
 		LeaseTTL: lease,
 		Rand:     func() float64 { return 0.5 },
+		Logger:   slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the log of replica %p:\n%s", m, logs)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := m.Close(ctx); err != nil {
@@ -160,6 +169,7 @@ func TestReplicasPromptAcrossSentinelFailover(t *testing.T) {
 type follower struct {
 	seen    []session.Event
 	resumes int
+	on      int // the replica read now, an index of follow's ms
 	end     session.Event
 }
 
@@ -182,6 +192,7 @@ func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, prompt
 			var tried []string
 			for {
 				at = (at + 1) % len(ms)
+				f.on = at
 				s, gerr := ms[at].Get(ctx, "t", id)
 				if gerr == nil {
 					if sub, gerr = s.Subscribe(ctx, re.After); gerr == nil {
@@ -212,8 +223,8 @@ func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, prompt
 			if n := len(f.seen); n > 0 {
 				last = fmt.Sprintf("%d %s", f.seen[n-1].Seq, f.seen[n-1].Type)
 			}
-			return fmt.Errorf("session %s, prompt %s: %d events read (the last: %s), %d resumes: %w",
-				id, promptID, len(f.seen), last, f.resumes, err)
+			return fmt.Errorf("session %s, prompt %s: %d events read (the last: %s) from replica %p, %d resumes: %w",
+				id, promptID, len(f.seen), last, ms[f.on], f.resumes, err)
 		}
 		f.seen = append(f.seen, e)
 		if e.Type == session.EventPromptEnd && e.PromptID == promptID {
@@ -222,6 +233,21 @@ func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, prompt
 			return nil
 		}
 	}
+}
+
+// storedTail describes the last n events the store holds of session id.
+func storedTail(st storedLog, id string, n int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := st.Events(ctx, id, 0, 1<<20)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range evs[max(len(evs)-n, 0):] {
+		fmt.Fprintf(&b, "  %d %s %s %s\n", e.Seq, e.Type, e.PromptID, e.Outcome)
+	}
+	return b.String()
 }
 
 // N sessions prompt from two agentd replicas on a 6-node Redis Cluster
@@ -299,9 +325,13 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 	for range n {
 		if err := <-errs; err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
-				// Every goroutine's stack, to tell which wait never ended.
+				// Every goroutine's stack, to tell which wait never ended,
+				// and each session's stored tail.
 				buf := make([]byte, 1<<20)
 				t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+				for _, id := range ids {
+					t.Logf("the stored tail of %s:\n%s", id, storedTail(stA, id, 12))
+				}
 			}
 			t.Fatal(err)
 		}

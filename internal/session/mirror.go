@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -26,8 +27,10 @@ func (s *Session) subscribeShared(ctx context.Context, after uint64) (*Subscript
 	running, stored := s.running, s.storedSeq
 	s.mu.Unlock()
 	// stored is the newest seq the store held when the session was last
-	// looked up (Get, just before): the copy pulls only when it is behind.
-	if !running && s.log.lastSeq() < stored {
+	// looked up (Get, just before): the copy pulls when it is behind, or
+	// ahead (a failover lost events it holds: the pull takes it back to
+	// the stored log before the reader reads it).
+	if !running && s.log.lastSeq() != stored {
 		if s.log.lastSeq() == 0 && after > 0 && after <= stored {
 			// A first reader from the middle: no need for what came before.
 			s.log.jump(after + 1)
@@ -52,18 +55,65 @@ func (s *Session) subscribeShared(ctx context.Context, after uint64) (*Subscript
 	return sub, nil
 }
 
-// pull applies the stored events after the copy's newest one.
+// pull applies the stored events after the copy's newest one. It reads
+// that one again, which must still be the store's: a failover can lose
+// events the old master confirmed (its replica never had them), and the
+// replica that takes the prompt over stores others at their seqs. A copy
+// holding such events goes back to the newest event the store holds the
+// same, and its readers resume from there (*ResumeError), wherever they
+// like; else they would wait for events the store has under other seqs.
 func (s *Session) pull(ctx context.Context) error {
 	s.pullMu.Lock()
 	defer s.pullMu.Unlock()
 	const batch = 512
+	rewound := false
 	for {
-		evs, err := s.m.events.Events(ctx, s.id, s.log.lastSeq(), batch)
+		if !s.log.taking() {
+			// Closed, or its resume point is being checked (checkStored).
+			return nil
+		}
+		newest, held := s.log.newest()
+		after := s.log.lastSeq()
+		if held {
+			after = newest.seq - 1
+		}
+		evs, err := s.m.events.Events(ctx, s.id, after, batch)
 		if err != nil {
 			return err
 		}
+		n := len(evs)
+		if held {
+			switch {
+			case n > 0 && evs[0].Seq > newest.seq:
+				// Trimmed past it (the store keeps a bounded stream):
+				// the gap moves the copy on (apply).
+			case n == 0 || !newest.is(&evs[0]):
+				if n == 0 {
+					if _, found, err := s.m.store.Load(ctx, s.id); err != nil || !found {
+						// Deleted (its notification ends the copy's
+						// readers), or the store fails: no verdict.
+						return err
+					}
+				}
+				if rewound {
+					return fmt.Errorf("the stored log of %s changed under the copy twice in one pull", s.id)
+				}
+				rewound = true
+				at, err := s.storedPoint(ctx)
+				if err != nil {
+					return err
+				}
+				at = s.log.fenceAt(at, false)
+				s.log.unfence()
+				s.m.log.Warn("this replica's copy of the session's events holds events the store lost: it goes back to the stored log, and its readers resume from there",
+					"session", s.id, "seq", at)
+				continue
+			default:
+				evs = evs[1:]
+			}
+		}
 		s.log.apply(evs)
-		if len(evs) < batch {
+		if n < batch {
 			return nil
 		}
 	}
@@ -129,27 +179,16 @@ func (s *Session) notified(removed bool) {
 // way go round again: not while the prompt runs here (the log is the
 // store's source then).
 func (s *Session) pullLocked() {
-	if !s.following || s.running {
+	if !s.following || s.running || s.checking {
 		return
 	}
 	if s.pulling {
 		s.pullAgain = true
 		return
 	}
-	// Counted under the manager's lock: Close, which waits for the
-	// pulls, either sees this one or it does not start.
-	s.m.mu.RLock()
-	closed := s.m.closed
-	if !closed {
-		s.m.bg.Add(1)
-	}
-	s.m.mu.RUnlock()
-	if closed {
-		return
-	}
-	s.pulling = true
-	go func() {
-		defer s.m.bg.Done()
+	// Close, which waits for the pulls, either sees this one or it does
+	// not start. (The pull takes s.mu, held here, once it has run.)
+	s.pulling = s.m.goBackground(func() {
 		for {
 			ctx, cancel := context.WithTimeout(s.m.baseCtx, s.m.leaseTTL())
 			if err := s.pull(ctx); err != nil && s.m.baseCtx.Err() == nil {
@@ -166,7 +205,7 @@ func (s *Session) pullLocked() {
 			s.pullAgain = false
 			s.mu.Unlock()
 		}
-	}()
+	})
 }
 
 // stopFollowing ends the copy's following of the stored log, when only is

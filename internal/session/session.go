@@ -99,6 +99,7 @@ type Session struct {
 	ending     bool       // prompt_end is out; the run is storing its last events
 	handoff    bool       // the run stops, to be resumed by another replica
 	fenced     bool       // the run's lease was lost: it stops without a word more (fencing.go)
+	checking   bool       // the log waits for the store to tell its resume point (fencing.go)
 	lastUsed   time.Time  // this replica's copy was last looked up (shared store)
 
 	// The running prompt.
@@ -408,6 +409,8 @@ func (s *Session) PromptWith(ctx context.Context, text string, o PromptOptions) 
 		return "", nil, fmt.Errorf("%w: a retry chain is in progress (AbortRetry or Abort it first)", ErrBusy)
 	case s.running:
 		return "", nil, fmt.Errorf("%w: a prompt is running (wait for its prompt_end or Abort it)", ErrBusy)
+	case s.checking:
+		return "", nil, unavailable("start the prompt", errors.New("this replica's copy of the session's events is being checked against the store after a lost lease; try again shortly"))
 	}
 	// Counted under the manager's lock (taken after the session's: the only
 	// order they are taken in together): Close either sees this run or

@@ -106,7 +106,7 @@ func (m *Manager) takeOver(ctx context.Context, id string) error {
 	s := m.adopt(rec)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.running || s.deleted {
+	if s.running || s.deleted || s.checking {
 		return release(nil)
 	}
 	m.mu.RLock()
