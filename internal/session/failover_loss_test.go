@@ -107,7 +107,7 @@ type lossyFailover struct {
 func startLossyFailover(t *testing.T) *lossyFailover {
 	t.Helper()
 	m := redistest.Start(t)
-	r := redistest.StartWith(t, "--replicaof", "127.0.0.1", m.Addr()[len("127.0.0.1:"):])
+	r := redistest.StartWith(t, "--replicaof", "127.0.0.1", strconv.Itoa(m.Port()))
 	lf := &lossyFailover{master: m, replica: r, proxy: startFailoverProxy(t, m.Addr())}
 	lf.sync(t)
 	return lf
