@@ -267,14 +267,20 @@ func (l *eventLog) delivered() (ms []eventMark, upTo uint64) {
 }
 
 // newest is the mark of the newest held event; ok is false when the log
-// holds none.
-func (l *eventLog) newest() (m eventMark, ok bool) {
+// holds none. own is true when the log holds events the store has not
+// confirmed yet: this replica's own, on their way to the store (a prompt
+// runs here, or its last events are being stored), so that the log is the
+// stored log's source for now, not a copy of it.
+func (l *eventLog) newest() (m eventMark, ok, own bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.next == l.oldestLocked() {
-		return eventMark{}, false
+	if l.gated && l.durable < l.next-1 {
+		return eventMark{}, false, true
 	}
-	return l.ring[(l.next-1-l.base)%l.size].mark(), true
+	if l.next == l.oldestLocked() {
+		return eventMark{}, false, false
+	}
+	return l.ring[(l.next-1-l.base)%l.size].mark(), true, false
 }
 
 // taking reports whether the log takes events: not closed, nor fenced.

@@ -1,5 +1,7 @@
 package session
 
+import "context"
+
 // RunningPrompts is the prompts of tenant that the store of a manager on
 // its own MemoryStore counts as running.
 func RunningPrompts(m *Manager, tenant string) int {
@@ -25,3 +27,15 @@ func ReleaseIdleLogs(m *Manager) { m.releaseIdleLogs(0) }
 // MirrorPoll is how often a manager looks at the copies that follow a
 // stored log.
 const MirrorPoll = mirrorPoll
+
+// Pull runs one pull of the stored log into s's copy now, as one the
+// mirror started would.
+func Pull(ctx context.Context, s *Session) error { return s.pull(ctx) }
+
+// HoldsOwnEvents reports whether s's log holds events of this replica the
+// store has not confirmed yet.
+func HoldsOwnEvents(s *Session) bool {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	return s.log.durable < s.log.next-1
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // failoverProxy is the address the replicas know their Redis by: a TCP
@@ -270,4 +271,49 @@ func TestReplicasFailoverLosesConfirmedEventsInBackoff(t *testing.T) {
 		t.Fatalf("prompt_end %+v", end)
 	}
 	checkLog(t, b.store, s.ID(), kept, evs)
+}
+
+// A pull of the stored log that is under way when a prompt of this
+// replica publishes events the store has not confirmed yet (its writes
+// held up: a busy Redis) leaves them alone: they are on their way to the
+// store, not lost from it. (A pull that took them for lost took the log
+// back to the stored point, and the prompt's own readers were told to
+// resume, its client's stream cut, while nothing had failed.)
+func TestReplicasPullLeavesOwnPromptAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newReplica(t, srv.Addr(), retry.DefaultSettings(), sim.Options{TokenDelay: 5 * time.Millisecond}, 5*time.Second)
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reader of the session: its copy follows the stored log.
+	follow, err := s.Subscribe(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follow.Close()
+	_, sub, err := s.Prompt(t.Context(), "a long answer [[tokens: 200]]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	seen := until(t, sub, session.EventMessageUpdate)
+
+	rc := redistest.Client(t, srv.Addr())
+	if err := rc.Do(t.Context(), "client", "pause", 2000, "write").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "events of the prompt waiting for the store", func() bool { return session.HoldsOwnEvents(s) })
+	pullErr := session.Pull(t.Context(), s)
+	if err := rc.Do(t.Context(), "client", "unpause").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if pullErr != nil {
+		t.Fatalf("pull: %v", pullErr)
+	}
+	seen = append(seen, until(t, sub, session.EventPromptEnd)...)
+	if end := last(seen); end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("prompt_end %+v", end)
+	}
+	checkLog(t, a.store, s.ID(), seen)
 }

@@ -72,7 +72,14 @@ func (s *Session) pull(ctx context.Context) error {
 			// Closed, or its resume point is being checked (checkStored).
 			return nil
 		}
-		newest, held := s.log.newest()
+		newest, held, own := s.log.newest()
+		if own {
+			// A prompt of this replica's publishes (one that started
+			// while this pull was under way): what the store lacks of it
+			// is on its way there, not lost, and there is nothing to
+			// mirror. The pull after the prompt reads what is new then.
+			return nil
+		}
 		after := s.log.lastSeq()
 		if held {
 			after = newest.seq - 1
