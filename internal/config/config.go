@@ -154,9 +154,10 @@ type Redis struct {
 	SentinelPasswordEnv string `yaml:"sentinel_password_env"`
 	Password            string `yaml:"-"`
 	SentinelPassword    string `yaml:"-"`
-	// MinReplicaAcks, when > 0, makes session creation and a prompt's end
-	// wait (WAIT) until that many replicas of the session's master have
-	// them; fewer within the wait is an error (default 0: no wait).
+	// MinReplicaAcks, when > 0, makes session creation, a prompt's start
+	// and its end wait (WAIT) until that many replicas of the session's
+	// master have them; fewer within the wait is an error (default 0: no
+	// wait).
 	MinReplicaAcks int    `yaml:"min_replica_acks"`
 	DB             int    `yaml:"db"`
 	KeyPrefix      string `yaml:"key_prefix"`

@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/sessionstore"
 	"github.com/agentd/agentd/internal/testkit"
 )
 
@@ -271,6 +273,69 @@ func TestReplicasFailoverLosesConfirmedEventsInBackoff(t *testing.T) {
 		t.Fatalf("prompt_end %+v", end)
 	}
 	checkLog(t, b.store, s.ID(), kept, evs)
+}
+
+// With min_replica_acks a prompt starts only once its start is on the
+// replica. The replica's replication stopped, the next prompt is refused
+// UNAVAILABLE (it would otherwise start on the master alone and the
+// failover below would lose it whole, after its client saw it start), and
+// it leaves nothing: once the replica is promoted, the session holds the
+// first prompt alone, no lease, and its next prompt runs at once.
+func TestReplicasPromptStartAcknowledged(t *testing.T) {
+	lf := startLossyFailover(t)
+	const lease = time.Second
+	acked := sessionstore.Options{MinReplicaAcks: 1, AckTimeout: 300 * time.Millisecond, Timeout: 3 * time.Second}
+	a := newReplicaOf(t, lf.proxy.Addr(), acked, retry.DefaultSettings(), sim.Options{}, lease)
+	b := newReplica(t, lf.proxy.Addr(), retry.DefaultSettings(), sim.Options{}, lease)
+	s, err := a.m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sub, err := s.Prompt(t.Context(), "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	if end := last(first); end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("first prompt_end %+v", end)
+	}
+
+	lf.freeze(t)
+	mc := redistest.Client(t, lf.master.Addr())
+	testkit.Eventually(t, "the master sees its replica gone", func() bool {
+		info, _ := mc.Info(t.Context(), "replication").Result()
+		return strings.Contains(info, "connected_slaves:0")
+	})
+	if _, sub, err := s.Prompt(t.Context(), "second"); !errors.Is(err, session.ErrUnavailable) || !strings.Contains(err.Error(), "replicas") {
+		if sub != nil {
+			sub.Close()
+		}
+		t.Fatalf("a prompt whose start no replica confirmed = %v, want ErrUnavailable naming the replicas", err)
+	}
+	lf.failOver()
+
+	onB := get(t, b.m, s.ID())
+	entries, total, err := onB.Messages(t.Context(), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 2 || len(entries) != 2 || entries[0].PromptID != last(first).PromptID {
+		t.Fatalf("the history after the failover: %d entries %+v, want the first prompt's two", total, entries)
+	}
+	if h, err := b.store.Holder(t.Context(), s.ID()); h != "" || err != nil {
+		t.Fatalf("holder %q (%v) after the refused prompt", h, err)
+	}
+	_, sub, err = onB.Prompt(t.Context(), "third")
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := until(t, sub, session.EventPromptEnd)
+	sub.Close()
+	if end := last(third); end.Outcome != session.OutcomeCompleted {
+		t.Fatalf("third prompt_end %+v", end)
+	}
+	checkLog(t, b.store, s.ID(), first, third)
 }
 
 // A pull of the stored log that is under way when a prompt of this

@@ -73,8 +73,16 @@ func (r *replicaT) lose() {
 // newReplica starts a replica; opts adjust its manager's options.
 func newReplica(t *testing.T, addr string, settings retry.Settings, pace sim.Options, lease time.Duration, opts ...func(*session.Options)) *replicaT {
 	t.Helper()
+	return newReplicaOf(t, addr, sessionstore.Options{}, settings, pace, lease, opts...)
+}
+
+// newReplicaOf is newReplica with its session store's options so (the key
+// prefix and event buffer as newReplica's).
+func newReplicaOf(t *testing.T, addr string, so sessionstore.Options, settings retry.Settings, pace sim.Options, lease time.Duration, opts ...func(*session.Options)) *replicaT {
+	t.Helper()
 	client := redis.NewUniversalClient(credstore.ClientOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 0))
-	st, err := sessionstore.NewRedis(client, sessionstore.Options{KeyPrefix: "test:", EventBuffer: 512})
+	so.KeyPrefix, so.EventBuffer = "test:", 512
+	st, err := sessionstore.NewRedis(client, so)
 	if err != nil {
 		t.Fatal(err)
 	}

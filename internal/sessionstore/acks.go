@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,18 @@ if redis.call('HEXISTS', KEYS[1], 'record') == 0 then
   return 0
 end
 redis.call('HINCRBY', KEYS[1], 'acks', 1)
+return 1
+`)
+
+// ackStartScript: KEYS[1] lease, [2] epoch, [3] meta; ARGV[1] replica,
+// [2] the lease's epoch → 1 when the lease is still that one (and the meta
+// hash's counter is bumped, a write of this connection that WAIT then
+// covers), 0 when it is not.
+var ackStartScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return 0
+end
+redis.call('HINCRBY', KEYS[3], 'acks', 1)
 return 1
 `)
 
@@ -115,6 +128,32 @@ func (r *Redis) ackCreate(ctx context.Context, id, tenant string) error {
 		r.log.Warn("session store: a session not replicated left its record behind", "session", id, "err", uerr)
 	}
 	return wrap("create "+id, err)
+}
+
+// ackStart makes sure, with Options.MinReplicaAcks, that a prompt's start
+// (its lease, its run, its user message: the session's slot, written by
+// the start's script) is on that many replicas before its model call. It
+// costs a round trip of its own (the start's pipeline may span hash slots,
+// and WAIT counts one connection's writes) and the replicas' time to
+// confirm; nil without Options.MinReplicaAcks.
+func (r *Redis) ackStart(ctx context.Context, id string, epoch uint64) error {
+	if r.o.MinReplicaAcks <= 0 {
+		return nil
+	}
+	keys := []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "meta")}
+	var held *redis.Cmd
+	err := r.replicated(ctx, keys[0], func(pipe redis.Pipeliner) {
+		held = ackStartScript.Eval(ctx, pipe, keys, r.id, strconv.FormatUint(epoch, 10))
+	})
+	if err != nil {
+		return err
+	}
+	if n, err := held.Int64(); err != nil {
+		return err
+	} else if n != 1 {
+		return errors.New("the lease is gone from the slot's master (a failover lost the start)")
+	}
+	return nil
 }
 
 // endRun runs endRunScript and WAIT (Options.MinReplicaAcks) on the same

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/testkit"
@@ -105,5 +106,78 @@ func TestMinReplicaAcksWaitOutlastsTheReadTimeout(t *testing.T) {
 	}
 	if _, ok, err := s.Load(ctx, "ses_slow_ack"); ok || err != nil {
 		t.Errorf("the session not replicated is still there: %v, %v", ok, err)
+	}
+}
+
+// With min_replica_acks a prompt's start (its lease, run and user message)
+// is on the replica when Start returns, before any model call; without
+// the replica Start fails with ErrNotReplicated and takes the start back
+// whole: no lease, no run, the history, the running set and the tenant's
+// prompt slots as they were, and the session free for the next prompt.
+func TestMinReplicaAcksStart(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t)
+	ctx := testkit.Context(t)
+	rc := newClient(t, replica.Addr(), time.Second)
+	must(t, rc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(master.Port())).Err())
+	testkit.Eventually(t, "the replica in sync", func() bool {
+		info, _ := rc.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	c := newClient(t, master.Addr(), time.Second)
+	s := newStore(t, c, Options{MinReplicaAcks: 1, AckTimeout: 200 * time.Millisecond})
+	const id = "ses_ack_start"
+	if res, err := s.Create(ctx, record(id, "acme"), 0); err != nil || !res.Created {
+		t.Fatalf("Create = %+v, %v", res, err)
+	}
+
+	first := &session.Entry{Time: created, PromptID: "p1", Message: provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "hello"}}}}
+	slot := session.PromptSlot{Tenant: "acme", PromptID: "p1"}
+	res, err := s.Start(ctx, id, time.Minute, session.Run{PromptID: "p1", Replica: s.ReplicaID()}, first, slot, 4)
+	if err != nil || !res.Started {
+		t.Fatalf("Start = %+v, %v", res, err)
+	}
+	// Acknowledged: the replica has the start now, not eventually.
+	if holder, _ := rc.Get(ctx, "t:{"+id+"}:lease").Result(); holder != s.ReplicaID() {
+		t.Errorf("the replica's lease after Start = %q, want %q", holder, s.ReplicaID())
+	}
+	if n, _ := rc.Exists(ctx, "t:{"+id+"}:run").Result(); n != 1 {
+		t.Error("the replica has no run after Start")
+	}
+	if n, _ := rc.LLen(ctx, "t:{"+id+"}:history").Result(); n != 1 {
+		t.Errorf("the replica's history after Start holds %d entries, want the user message", n)
+	}
+	must(t, s.EndRun(ctx, id, slot))
+
+	replica.Kill()
+	testkit.Eventually(t, "the master sees no replica", func() bool {
+		info, _ := c.Info(ctx, "replication").Result()
+		return strings.Contains(info, "connected_slaves:0")
+	})
+	second := &session.Entry{Time: created, PromptID: "p2", Message: provider.Message{Role: provider.RoleUser, Content: []provider.Block{{Type: provider.BlockText, Text: "again"}}}}
+	slot2 := session.PromptSlot{Tenant: "acme", PromptID: "p2"}
+	if _, err := s.Start(ctx, id, time.Minute, session.Run{PromptID: "p2", Replica: s.ReplicaID()}, second, slot2, 4); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("Start without a replica = %v, want ErrNotReplicated", err)
+	}
+	if h, err := s.Holder(ctx, id); h != "" || err != nil {
+		t.Errorf("holder %q (%v) after a start not acknowledged", h, err)
+	}
+	if _, found, err := s.LoadRun(ctx, id); found || err != nil {
+		t.Errorf("a run (%v, %v) after a start not acknowledged", found, err)
+	}
+	if n, _ := c.LLen(ctx, "t:{"+id+"}:history").Result(); n != 1 {
+		t.Errorf("the history holds %d entries after a start not acknowledged, want 1 (the first prompt's)", n)
+	}
+	if ids, _ := s.Running(ctx); len(ids) != 0 {
+		t.Errorf("running %v after a start not acknowledged", ids)
+	}
+	if n, _ := c.ZCard(ctx, s.promptsKey("acme")).Result(); n != 0 {
+		t.Errorf("the tenant holds %d prompt slots after a start not acknowledged", n)
+	}
+	// Nothing is left to get in the way: without acknowledgements the
+	// session starts its next prompt at once.
+	plain := newStore(t, c, Options{})
+	if res, err := plain.Start(ctx, id, time.Minute, session.Run{PromptID: "p3", Replica: plain.ReplicaID()}, nil, session.PromptSlot{}, 0); err != nil || !res.Started {
+		t.Fatalf("Start without acknowledgements = %+v, %v", res, err)
 	}
 }

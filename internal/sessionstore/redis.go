@@ -77,10 +77,11 @@ type Options struct {
 	// Logger receives warnings (events not stored, lost subscriptions); nil
 	// discards them.
 	Logger *slog.Logger
-	// MinReplicaAcks, when > 0, makes Create and EndRun wait (WAIT, on the
-	// session's master) until that many replicas have the session, or the
-	// prompt's end; fewer within AckTimeout is an error (ErrNotReplicated),
-	// and a session created so is taken back.
+	// MinReplicaAcks, when > 0, makes Create, Start and EndRun wait (WAIT,
+	// on the session's master) until that many replicas have the session,
+	// the prompt's start or its end; fewer within AckTimeout is an error
+	// (ErrNotReplicated), and a session created or a prompt started so is
+	// taken back.
 	MinReplicaAcks int
 	// AckTimeout bounds that wait; <= 0 means half of Timeout.
 	AckTimeout time.Duration
@@ -872,6 +873,23 @@ func (r *Redis) StartAlso(ctx context.Context, id string, ttl time.Duration, run
 		return session.StartResult{}, err
 	case undoStart:
 		return session.StartResult{Found: true, Limited: true, Prompts: int(prompts)}, nil
+	}
+	if res.Started {
+		if aerr := r.ackStart(ctx, id, res.Epoch); aerr != nil {
+			// Not acknowledged: the prompt does not start, and nothing of
+			// it stays (as a session not acknowledged is taken back).
+			uctx, ucancel := r.op(context.WithoutCancel(ctx))
+			defer ucancel()
+			if uerr := r.unstart(uctx, id, res.Record.MessageCount, first != nil); uerr != nil {
+				r.log.Warn("session store: a prompt start not replicated left its lease behind (it expires)", "session", id, "err", uerr)
+			}
+			if slotted != nil {
+				if uerr := r.c.ZRem(uctx, r.promptsKey(slot.Tenant), slot.PromptID).Err(); uerr != nil {
+					r.log.Warn("session store: the slot of a prompt that did not start stays until it expires", "session", id, "err", uerr)
+				}
+			}
+			return session.StartResult{}, wrap("start "+id, aerr)
+		}
 	}
 	return res, nil
 }
