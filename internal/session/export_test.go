@@ -35,7 +35,6 @@ func Pull(ctx context.Context, s *Session) error { return s.pull(ctx) }
 // HoldsOwnEvents reports whether s's log holds events of this replica the
 // store has not confirmed yet.
 func HoldsOwnEvents(s *Session) bool {
-	s.log.mu.Lock()
-	defer s.log.mu.Unlock()
-	return s.log.durable < s.log.next-1
+	_, _, own := s.log.newest()
+	return own
 }

@@ -27,13 +27,10 @@ return 1
 `)
 
 // ackStartScript: KEYS[1] lease, [2] epoch, [3] meta; ARGV[1] replica,
-// [2] the lease's epoch → 1 when the lease is still that one (and the meta
-// hash's counter is bumped, a write of this connection that WAIT then
-// covers), 0 when it is not.
-var ackStartScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[2] then
-  return 0
-end
+// [2] the lease's epoch → 1, the meta hash's counter bumped (a write of
+// this connection that WAIT then covers), when the lease is still that
+// one; the FENCED error when it is not.
+var ackStartScript = redis.NewScript(fenceCheck + `
 redis.call('HINCRBY', KEYS[3], 'acks', 1)
 return 1
 `)
@@ -141,19 +138,9 @@ func (r *Redis) ackStart(ctx context.Context, id string, epoch uint64) error {
 		return nil
 	}
 	keys := []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "meta")}
-	var held *redis.Cmd
-	err := r.replicated(ctx, keys[0], func(pipe redis.Pipeliner) {
-		held = ackStartScript.Eval(ctx, pipe, keys, r.id, strconv.FormatUint(epoch, 10))
+	return r.replicated(ctx, keys[0], func(pipe redis.Pipeliner) {
+		ackStartScript.Eval(ctx, pipe, keys, r.id, strconv.FormatUint(epoch, 10))
 	})
-	if err != nil {
-		return err
-	}
-	if n, err := held.Int64(); err != nil {
-		return err
-	} else if n != 1 {
-		return errors.New("the lease is gone from the slot's master (a failover lost the start)")
-	}
-	return nil
 }
 
 // endRun runs endRunScript and WAIT (Options.MinReplicaAcks) on the same
