@@ -7,27 +7,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/testkit"
 )
 
-// With min_replica_acks, Create returns once a replica has the record and
-// EndRun once it has the prompt's end (events, history, the run gone);
-// without the replica both fail with ErrNotReplicated, and the session not
-// replicated is taken back.
-func TestMinReplicaAcks(t *testing.T) {
-	master := redistest.Start(t)
-	replica := redistest.Start(t)
+// startReplicated starts a master and a replica in sync with it: the
+// replica, a client of it and a client of the master.
+func startReplicated(t *testing.T) (replica *redistest.Server, rc, c redis.UniversalClient) {
+	t.Helper()
 	ctx := testkit.Context(t)
-	rc := newClient(t, replica.Addr(), time.Second)
+	master := redistest.Start(t)
+	replica = redistest.Start(t)
+	rc = newClient(t, replica.Addr(), time.Second)
 	must(t, rc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(master.Port())).Err())
 	testkit.Eventually(t, "the replica in sync", func() bool {
 		info, _ := rc.Info(ctx, "replication").Result()
 		return strings.Contains(info, "master_link_status:up")
 	})
-	c := newClient(t, master.Addr(), time.Second)
+	return replica, rc, newClient(t, master.Addr(), time.Second)
+}
+
+// With min_replica_acks, Create returns once a replica has the record and
+// EndRun once it has the prompt's end (events, history, the run gone);
+// without the replica both fail with ErrNotReplicated, and the session not
+// replicated is taken back.
+func TestMinReplicaAcks(t *testing.T) {
+	ctx := testkit.Context(t)
+	replica, rc, c := startReplicated(t)
 	s := newStore(t, c, Options{MinReplicaAcks: 1, AckTimeout: 200 * time.Millisecond})
 
 	res, err := s.Create(ctx, record("ses_ack", "acme"), 0)
@@ -115,16 +125,8 @@ func TestMinReplicaAcksWaitOutlastsTheReadTimeout(t *testing.T) {
 // whole: no lease, no run, the history, the running set and the tenant's
 // prompt slots as they were, and the session free for the next prompt.
 func TestMinReplicaAcksStart(t *testing.T) {
-	master := redistest.Start(t)
-	replica := redistest.Start(t)
 	ctx := testkit.Context(t)
-	rc := newClient(t, replica.Addr(), time.Second)
-	must(t, rc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(master.Port())).Err())
-	testkit.Eventually(t, "the replica in sync", func() bool {
-		info, _ := rc.Info(ctx, "replication").Result()
-		return strings.Contains(info, "master_link_status:up")
-	})
-	c := newClient(t, master.Addr(), time.Second)
+	replica, rc, c := startReplicated(t)
 	s := newStore(t, c, Options{MinReplicaAcks: 1, AckTimeout: 200 * time.Millisecond})
 	const id = "ses_ack_start"
 	if res, err := s.Create(ctx, record(id, "acme"), 0); err != nil || !res.Created {
