@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/metrics"
+	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/server"
 	"github.com/agentd/agentd/internal/session"
 	"github.com/agentd/agentd/internal/telemetry"
@@ -269,17 +270,24 @@ func (a *App) stop(ctx context.Context) {
 }
 
 // checkStoreAtStart probes the store once at start and logs why it cannot
-// write (a wrong topology is said here, not only by /readyz).
+// write (a wrong topology is said here, not only by /readyz), or that too
+// few replicas acknowledge its writes.
 func checkStoreAtStart(ctx context.Context, st *stores, m *metrics.Metrics, log *slog.Logger) {
+	m.StoreWritable.Set(1)
+	m.StoreReplicasShort.Set(0)
 	if st.rconn == nil {
-		m.StoreWritable.Set(1)
 		return
 	}
-	if err := st.rconn.Writable(ctx); err != nil {
+	err := st.rconn.Writable(ctx)
+	var short *redisconn.ShortOfReplicasError
+	switch {
+	case errors.As(err, &short):
+		m.StoreReplicasShort.Set(1)
+		log.Warn("store.redis: too few replicas acknowledge the store's writes (/readyz says degraded until they do)",
+			"topology", string(st.rconn.Topology()), "err", err)
+	case err != nil:
 		m.StoreWritable.Set(0)
 		log.Error("store.redis: the store cannot write (/readyz answers 503 until it can)",
 			"topology", string(st.rconn.Topology()), "err", err)
-		return
 	}
-	m.StoreWritable.Set(1)
 }

@@ -145,6 +145,7 @@ type Metrics struct {
 	StoreErrors        *prometheus.CounterVec
 	StoreDegraded      prometheus.Gauge
 	StoreWritable      prometheus.Gauge
+	StoreReplicasShort prometheus.Gauge
 	Takeovers          *prometheus.CounterVec
 	RedisRoundTrips    *prometheus.CounterVec
 	RedisRoundTripTime *prometheus.HistogramVec
@@ -256,6 +257,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			Help: "1 while the shared store (Redis) is unreachable and agentd runs on its local view."}),
 		StoreWritable: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_writable",
 			Help: "1 when the store's last write probe (at start and behind /readyz, at most one a second) succeeded on every master, 0 when it failed; always 1 with the memory store."}),
+		StoreReplicasShort: f.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "store_replicas_short",
+			Help: "1 when the store's last write probe was acknowledged by fewer replicas than store.redis.min_replica_acks asks on some master (new sessions and prompts of its slots are refused meanwhile), 0 otherwise; always 0 without min_replica_acks."}),
 		Takeovers: f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "session_takeovers_total",
 			Help: "Running prompts that changed replica, by outcome: resumed (a lost replica's retry resumed here), ended (a lost replica's prompt ended here), handed_over (a retry in backoff handed to the others at shutdown), lease_lost (a prompt stopped here when its lease was lost)."},
 			[]string{"outcome"}),

@@ -50,6 +50,33 @@ func (e *NotWritableError) Error() string {
 
 func (e *NotWritableError) Unwrap() error { return e.Err }
 
+// ShortOfReplicasError: the probe wrote, but fewer replicas than
+// Options.MinReplicaAcks acknowledged the write in time (Redis' own word
+// for it is NOREPLICAS). The store takes writes, yet refuses new sessions
+// and prompts on that master (of their slots, in a Cluster) until enough
+// replicas are in sync: a fault of the whole fleet's store, not of one
+// replica of agentd.
+type ShortOfReplicasError struct {
+	// Node is the Cluster master short of replicas ("" otherwise).
+	Node string
+	// Acked of Want replicas acknowledged within Within.
+	Acked, Want int
+	Within      time.Duration
+}
+
+func (e *ShortOfReplicasError) Error() string {
+	s := "NOREPLICAS"
+	if e.Node != "" {
+		s += " on " + e.Node
+	}
+	return s + ": " + strconv.Itoa(e.Acked) + " of " + strconv.Itoa(e.Want) + " replicas acknowledged the probe's write within " +
+		e.Within.String() + " (store.redis.min_replica_acks: new sessions and prompts are refused until the master has that many replicas in sync)"
+}
+
+// StoreDegraded marks the error as a store that writes, short of what it
+// should (a caller that knows no redisconn type tells it so).
+func (e *ShortOfReplicasError) StoreDegraded() bool { return true }
+
 // prober caches the probe's answer.
 type prober struct {
 	c    *Conn
@@ -65,10 +92,12 @@ func (p *prober) init(c *Conn) {
 	p.c, p.id = c, newID()
 }
 
-// Writable reports whether the store can write now: nil, or a
-// *NotWritableError. It answers from the last probe for ProbeCache, so
-// that readiness checks cost Redis little; calls during a probe wait for
-// it (at most ProbeTimeout).
+// Writable reports whether the store can write now: nil, a
+// *NotWritableError, or (with Options.MinReplicaAcks) a
+// *ShortOfReplicasError when it writes but too few replicas acknowledge.
+// It answers from the last probe for ProbeCache, so that readiness checks
+// cost Redis little; calls during a probe wait for it (at most
+// ProbeTimeout).
 func (c *Conn) Writable(ctx context.Context) error {
 	p := &c.probe
 	p.mu.Lock()
@@ -84,16 +113,21 @@ func (c *Conn) Writable(ctx context.Context) error {
 }
 
 // Probe writes a key of this process with a short TTL (SET PX): on the
-// server (Single, Sentinel's master) or on every master of a Cluster. It
-// returns nil or a *NotWritableError. A single server that turns out to
-// be a Cluster node fails it with MOVED, even when the probe's own key
-// is in one of its slots.
+// server (Single, Sentinel's master) or on every master of a Cluster. With
+// Options.MinReplicaAcks, that many replicas of each master must then
+// acknowledge the write (WAIT, on the connection that wrote): the store's
+// own writes ask as much of a session's creation and a prompt's start, so
+// a master with fewer replicas in sync is one that refuses them. It
+// returns nil, a *NotWritableError or a *ShortOfReplicasError. A single
+// server that turns out to be a Cluster node fails it with MOVED, even
+// when the probe's own key is in one of its slots.
 func (c *Conn) Probe(ctx context.Context) error {
 	if c.topology == Cluster {
 		return c.probeCluster(ctx)
 	}
 	pipe := c.client.Pipeline()
 	set := pipe.Set(ctx, c.o.KeyPrefix+"probe:"+c.probe.id, "1", probeKeyTTL)
+	wait := c.queueWait(ctx, pipe)
 	info := pipe.Info(ctx, "cluster")
 	_, _ = pipe.Exec(ctx)
 	if err := set.Err(); err != nil {
@@ -102,7 +136,7 @@ func (c *Conn) Probe(ctx context.Context) error {
 	if strings.Contains(info.Val(), "cluster_enabled:1") {
 		return c.notWritable(errors.New("MOVED: the server is a Redis Cluster node, whose other slots answer MOVED"), "")
 	}
-	return nil
+	return c.acknowledged(wait, "")
 }
 
 // probeCluster writes a key in the first slot of each master's ranges, as
@@ -135,14 +169,81 @@ func (c *Conn) probeCluster(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			key := c.o.KeyPrefix + "probe:{" + c.probe.tag(slot) + "}:" + c.probe.id
-			if err := c.cluster.Set(ctx, key, "1", probeKeyTTL).Err(); err != nil {
-				errs <- c.notWritable(err, addr)
+			if err := c.probeMaster(ctx, key, addr); err != nil {
+				errs <- err
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
-	return <-errs // nil when none failed
+	// A master that cannot write says more than one short of replicas.
+	var short error
+	for err := range errs {
+		var sr *ShortOfReplicasError
+		if !errors.As(err, &sr) {
+			return err
+		}
+		short = err
+	}
+	return short // nil when none failed
+}
+
+// probeMaster writes key on the Cluster master of its slot (addr, as
+// CLUSTER SLOTS named it) and, with Options.MinReplicaAcks, waits for
+// that master's replicas: WAIT counts the replicas of the node it runs on
+// for the writes of its connection, so both go to the slot's master in
+// one pipeline.
+func (c *Conn) probeMaster(ctx context.Context, key, addr string) error {
+	if c.o.MinReplicaAcks <= 0 {
+		if err := c.cluster.Set(ctx, key, "1", probeKeyTTL).Err(); err != nil {
+			return c.notWritable(err, addr)
+		}
+		return nil
+	}
+	node, err := c.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return c.notWritable(err, addr)
+	}
+	pipe := node.Pipeline()
+	set := pipe.Set(ctx, key, "1", probeKeyTTL)
+	wait := c.queueWait(ctx, pipe)
+	_, _ = pipe.Exec(ctx)
+	if err := set.Err(); err != nil {
+		return c.notWritable(err, addr)
+	}
+	return c.acknowledged(wait, addr)
+}
+
+// waitBound is how long the probe's WAIT waits for replicas: half the
+// store's timeout (as the store's own acknowledgements wait), at most half
+// the probe's.
+func (c *Conn) waitBound() time.Duration {
+	return max(min(c.timeout, ProbeTimeout)/2, time.Millisecond)
+}
+
+// queueWait queues WAIT Options.MinReplicaAcks on pipe; nil without it.
+func (c *Conn) queueWait(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
+	if c.o.MinReplicaAcks <= 0 {
+		return nil
+	}
+	return pipe.Do(ctx, "wait", c.o.MinReplicaAcks, c.waitBound().Milliseconds())
+}
+
+// acknowledged is the probe's verdict on its WAIT (nil: none was asked):
+// a *ShortOfReplicasError when fewer than Options.MinReplicaAcks
+// acknowledged the write in time.
+func (c *Conn) acknowledged(wait *redis.Cmd, node string) error {
+	if wait == nil {
+		return nil
+	}
+	n, err := wait.Int64()
+	if err != nil {
+		return c.notWritable(err, node)
+	}
+	if n < int64(c.o.MinReplicaAcks) {
+		return &ShortOfReplicasError{Node: node, Acked: int(n), Want: c.o.MinReplicaAcks, Within: c.waitBound()}
+	}
+	return nil
 }
 
 // notWritable classifies a failed write.

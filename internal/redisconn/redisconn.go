@@ -96,6 +96,11 @@ type Options struct {
 	Timeout time.Duration
 	// KeyPrefix starts the readiness probe's keys (store.redis.key_prefix).
 	KeyPrefix string
+	// MinReplicaAcks (store.redis.min_replica_acks), when > 0, is how many
+	// replicas must acknowledge the readiness probe's write (WAIT): with
+	// fewer, the store refuses new sessions and prompts, and the probe
+	// says so.
+	MinReplicaAcks int
 	// Logger receives what the client heals (reloads, closed connections);
 	// nil discards it.
 	Logger *slog.Logger
@@ -112,6 +117,7 @@ func FromConfig(r config.Redis) Options {
 		Addr: r.Addr, Addrs: r.Addrs, Cluster: r.Cluster, MasterName: r.MasterName,
 		Password: r.Password, SentinelPassword: r.SentinelPassword, DB: r.DB,
 		Timeout: r.TimeoutMs.Duration(), KeyPrefix: r.KeyPrefix,
+		MinReplicaAcks: r.MinReplicaAcks,
 	}
 }
 

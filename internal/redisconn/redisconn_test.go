@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -159,6 +160,12 @@ func TestClusterMasterKilled(t *testing.T) {
 	if err := c.Probe(ctx); err != nil {
 		t.Fatalf("Probe = %v", err)
 	}
+	// With min_replica_acks, each master's replica acknowledges the probe.
+	acked := newConn(t, Options{Addrs: cl.Addrs()[:2], Cluster: true, KeyPrefix: "t:", MinReplicaAcks: 1})
+	redistest.Eventually(ctx, t, "every master's replica acknowledges the probe", func(ctx context.Context) (bool, error) {
+		err := acked.Probe(ctx)
+		return err == nil, err
+	})
 	const key = "t:{ses_k}:meta"
 	if err := c.Client().Set(ctx, key, "v", 0).Err(); err != nil {
 		t.Fatal(err)
@@ -171,10 +178,11 @@ func TestClusterMasterKilled(t *testing.T) {
 	cl.Kill(old)
 
 	var promoted atomic.Int64
+	var successor *redistest.Server
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		cl.WaitFailover(ctx, key, old)
+		successor = cl.WaitFailover(ctx, key, old)
 		promoted.Store(int64(time.Since(killed)))
 	}()
 	failures := 0
@@ -214,6 +222,49 @@ func TestClusterMasterKilled(t *testing.T) {
 		err := c.Probe(ctx)
 		return err == nil, err
 	})
+	// The promoted replica has no replica of its own: with
+	// min_replica_acks it is a master short of replicas, named.
+	redistest.Eventually(ctx, t, "the probe names the master without a replica", func(ctx context.Context) (bool, error) {
+		err := acked.Probe(ctx)
+		var sr *ShortOfReplicasError
+		return errors.As(err, &sr) && sr.Node == successor.Addr() && sr.Acked == 0 && sr.Want == 1 &&
+			strings.HasPrefix(err.Error(), "NOREPLICAS on "+successor.Addr()+": 0 of 1 replicas"), err
+	})
+}
+
+// With min_replica_acks the probe's write must be acknowledged by that
+// many replicas (WAIT): a master alone, or whose replica died, is short
+// of replicas (NOREPLICAS); with its replica in sync it is not.
+func TestProbeReplicaAcks(t *testing.T) {
+	master := redistest.StartWith(t, "--repl-diskless-sync-delay", "0") // a replica syncs at once
+	ctx := testkit.ContextFor(t, 20*time.Second)
+	c := newConn(t, Options{Addr: master.Addr(), KeyPrefix: "t:", MinReplicaAcks: 1, Timeout: 200 * time.Millisecond})
+	short := func(what string) {
+		t.Helper()
+		err := c.Probe(ctx)
+		var sr *ShortOfReplicasError
+		if !errors.As(err, &sr) || sr.Node != "" ||
+			err.Error() != "NOREPLICAS: 0 of 1 replicas acknowledged the probe's write within 100ms "+
+				"(store.redis.min_replica_acks: new sessions and prompts are refused until the master has that many replicas in sync)" {
+			t.Fatalf("Probe %s = %v", what, err)
+		}
+	}
+	short("of a master without replicas")
+	if err := newConn(t, Options{Addr: master.Addr()}).Probe(ctx); err != nil {
+		t.Fatalf("Probe without min_replica_acks = %v", err)
+	}
+
+	replica := redistest.Start(t)
+	rc := newConn(t, Options{Addr: replica.Addr()})
+	if err := rc.Client().ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(master.Port())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(ctx, t, "the replica acknowledges the probe", func(ctx context.Context) (bool, error) {
+		err := c.Probe(ctx)
+		return err == nil, err
+	})
+	replica.Kill()
+	short("once its replica is gone")
 }
 
 // With Sentinel, connections that reach a replica (a demoted master the

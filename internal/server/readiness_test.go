@@ -6,10 +6,15 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/testkit"
 )
@@ -27,15 +32,19 @@ func get(t *testing.T, url string) (int, string, time.Duration) {
 	return resp.StatusCode, string(b), time.Since(start)
 }
 
-var writableRE = regexp.MustCompile(`(?m)^agentd_store_writable (\S+)$`)
-
 // writable is agentd_store_writable as /metrics shows it.
 func writable(t *testing.T, ts *testServer) string {
 	t.Helper()
+	return gauge(t, ts, "agentd_store_writable")
+}
+
+// gauge is the value of an unlabelled series as /metrics shows it.
+func gauge(t *testing.T, ts *testServer, name string) string {
+	t.Helper()
 	_, body, _ := get(t, ts.baseURL+"/metrics")
-	m := writableRE.FindStringSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
 	if m == nil {
-		t.Fatal("no agentd_store_writable in /metrics")
+		t.Fatalf("no %s in /metrics", name)
 	}
 	return m[1]
 }
@@ -87,6 +96,60 @@ func TestReadyzDegradedCredentialsStayReady(t *testing.T) {
 	}
 	if v := writable(t, ts); v != "1" {
 		t.Errorf("agentd_store_writable = %s", v)
+	}
+}
+
+// With min_replica_acks, a master whose replica is gone still writes but
+// refuses new sessions and prompts: /readyz stays 200 and says why (every
+// replica of agentd shares that store: none would do better), with
+// agentd_store_replicas_short 1, and is plain "ready" again once a replica
+// is back in sync.
+func TestReadyzReplicasShort(t *testing.T) {
+	master := redistest.StartWith(t, "--repl-diskless-sync-delay", "0") // a replica syncs at once
+	replica := redistest.StartWith(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
+	ts := start(t, fmt.Sprintf("store: {backend: redis, redis: {addr: %s, min_replica_acks: 1}}\n", master.Addr()))
+	ctx := testkit.Context(t)
+	readyAs := func(what, want string) string {
+		t.Helper()
+		var body string
+		redistest.Eventually(ctx, t, what, func(context.Context) (bool, error) {
+			var code int
+			code, body, _ = get(t, ts.baseURL+"/readyz")
+			if code != 200 || !strings.HasPrefix(body, want) {
+				return false, fmt.Errorf("%d %q", code, body)
+			}
+			return true, nil
+		})
+		return body
+	}
+	create := func() error {
+		_, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
+		return err
+	}
+	readyAs("the replica acknowledges the probe", "ready\n")
+	if err := create(); err != nil {
+		t.Fatalf("CreateSession with the replica in sync: %v", err)
+	}
+
+	replica.Kill()
+	body := readyAs("/readyz says the master is short of replicas", "ready (degraded: NOREPLICAS: 0 of 1 replicas acknowledged the probe's write within ")
+	if !strings.Contains(body, "store.redis.min_replica_acks") {
+		t.Errorf("/readyz body %q does not name the setting", body)
+	}
+	if w, s := writable(t, ts), gauge(t, ts, "agentd_store_replicas_short"); w != "1" || s != "1" {
+		t.Errorf("agentd_store_writable %s, agentd_store_replicas_short %s; want 1 and 1", w, s)
+	}
+	if err := create(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		t.Errorf("CreateSession without a replica = %v, want UNAVAILABLE naming the replicas", err)
+	}
+
+	replica.Start()
+	readyAs("the replica is back in sync", "ready\n")
+	if s := gauge(t, ts, "agentd_store_replicas_short"); s != "0" {
+		t.Errorf("agentd_store_replicas_short %s once the replica is back", s)
+	}
+	if err := create(); err != nil {
+		t.Fatalf("CreateSession once the replica is back: %v", err)
 	}
 }
 
