@@ -56,10 +56,21 @@ func SetLogger(log *slog.Logger) {
 type goRedisLogger struct{ log *slog.Logger }
 
 // Printf implements go-redis' internal.Logging. Its lines report trouble
-// (a failed dial, a bad connection discarded): warnings.
+// (a failed dial, a bad connection discarded): warnings, except for
+// Sentinel's news of the master it found, a new master after a failover or
+// a Sentinel discovered, which are what should happen: information.
 func (l goRedisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	l.log.WarnContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
+	level := slog.LevelWarn
+	for _, news := range sentinelNews {
+		if strings.HasPrefix(format, news) {
+			level = slog.LevelInfo
+		}
+	}
+	l.log.Log(ctx, level, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }
+
+// sentinelNews start go-redis' Sentinel lines that report no trouble.
+var sentinelNews = []string{"sentinel: selected addr=", "sentinel: new master=", "sentinel: discovered new sentinel="}
