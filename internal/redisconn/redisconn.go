@@ -65,8 +65,16 @@ const (
 	// connection or with LOADING, READONLY, TRYAGAIN, CLUSTERDOWN (single
 	// server, Sentinel); a Cluster follows MOVED/ASK and retries up to
 	// maxRedirects times. Every retry stays within the call's context.
+	//
+	// A Cluster's count is high enough that the call's context (the
+	// store's timeout) bounds its retries, not the count: while a slot
+	// migrates (a reshard), a script whose keys are split between the two
+	// masters, or that would create a key on the new one before the slot
+	// is handed over, is refused with TRYAGAIN, and a call that found its
+	// keys gone goes ASK → TRYAGAIN → MOVED back, three attempts per
+	// backoff. With 3 a call gave up within ≈ 50 ms of such a window.
 	maxRetries   = 3
-	maxRedirects = 3
+	maxRedirects = 16
 	minBackoff   = 8 * time.Millisecond
 	maxBackoff   = 128 * time.Millisecond
 	// dialAttempts: a node that refuses or times out is tried this many

@@ -229,6 +229,11 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.masterOfSlot(ctx, slot)
+}
+
+// masterOfSlot is the node a running node names as slot's master.
+func (c *Cluster) masterOfSlot(ctx context.Context, slot int) (*Server, error) {
 	var lastErr error = errors.New("no node runs")
 	for _, addr := range c.live() {
 		var slots []redis.ClusterSlot
@@ -577,4 +582,129 @@ func (s *Sentinels) WaitReplicas(ctx context.Context, addr string, n int) {
 		}
 		return online >= n, nil
 	})
+}
+
+// nodeID is the Cluster node id of the node at addr (CLUSTER MYID).
+func nodeID(ctx context.Context, addr string) (string, error) {
+	var id string
+	err := with(addr, func(rc *redis.Client) (err error) {
+		id, err = rc.Do(ctx, "cluster", "myid").Text()
+		return err
+	})
+	return id, err
+}
+
+// MoveSlot moves slot from its master to the master to, while clients go
+// on using it, as `redis-cli --cluster reshard` does: to IMPORTING, the
+// source MIGRATING, the slot's keys MIGRATEd batch keys at a time, then
+// every master told that to owns the slot. between, when not nil, runs
+// after the slot is MIGRATING and after each batch: the test holds the
+// migration's states open there (waiting for the clients' traffic to go on
+// in them), or moves keys of its choice first (Migrate). It returns how
+// many keys MoveSlot moved.
+func (c *Cluster) MoveSlot(ctx context.Context, slot int, to *Server, batch int, between func()) int {
+	c.t.Helper()
+	from, err := c.masterOfSlot(ctx, slot)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if from == to {
+		c.t.Fatalf("slot %d is on %s already", slot, to.Addr())
+	}
+	fromID, err := nodeID(ctx, from.Addr())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	toID, err := nodeID(ctx, to.Addr())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	do := func(addr string, args ...any) {
+		c.t.Helper()
+		if err := with(addr, func(rc *redis.Client) error { return rc.Do(ctx, args...).Err() }); err != nil {
+			c.t.Fatalf("%s: %v: %v", addr, args, err)
+		}
+	}
+	do(to.Addr(), "cluster", "setslot", slot, "importing", fromID)
+	do(from.Addr(), "cluster", "setslot", slot, "migrating", toID)
+	if between != nil {
+		between()
+	}
+	moved := 0
+	for {
+		var keys []string
+		if err := with(from.Addr(), func(rc *redis.Client) (err error) {
+			keys, err = rc.ClusterGetKeysInSlot(ctx, slot, batch).Result()
+			return err
+		}); err != nil {
+			c.t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		c.Migrate(ctx, from, to, keys...)
+		moved += len(keys)
+		if between != nil {
+			between()
+		}
+	}
+	// The new owner first, then the old one (its clients are sent on with
+	// MOVED from then on), then the other masters.
+	do(to.Addr(), "cluster", "setslot", slot, "node", toID)
+	do(from.Addr(), "cluster", "setslot", slot, "node", toID)
+	for _, n := range c.Nodes {
+		if n == to || n == from || !n.Running() {
+			continue
+		}
+		if role, err := infoField(ctx, n.Addr(), "replication", "role"); err == nil && role == "master" {
+			do(n.Addr(), "cluster", "setslot", slot, "node", toID)
+		}
+	}
+	return moved
+}
+
+// Migrate moves keys (of a slot MIGRATING from from to to) in one MIGRATE.
+func (c *Cluster) Migrate(ctx context.Context, from, to *Server, keys ...string) {
+	c.t.Helper()
+	host, port, _ := net.SplitHostPort(to.Addr())
+	args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	if err := with(from.Addr(), func(rc *redis.Client) error { return rc.Do(ctx, args...).Err() }); err != nil {
+		c.t.Fatalf("%s: migrate %v: %v", from.Addr(), keys, err)
+	}
+}
+
+// Masters are the running nodes that say role:master.
+func (c *Cluster) Masters(ctx context.Context) []*Server {
+	c.t.Helper()
+	var out []*Server
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		role, err := infoField(ctx, n.Addr(), "replication", "role")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if role == "master" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Refused is how many commands the node at addr has refused with the error
+// code code (MOVED, ASK, TRYAGAIN…): INFO errorstats.
+func Refused(ctx context.Context, addr, code string) (int, error) {
+	v, err := infoField(ctx, addr, "errorstats", "errorstat_"+code)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimPrefix(v, "count="))
+	if err != nil {
+		return 0, fmt.Errorf("%s: errorstat_%s %q: %w", addr, code, v, err)
+	}
+	return n, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func topologyReplica(t *testing.T, o redisconn.Options, pace sim.Options, lease 
 	// test fails: what each replica did through the fault.
 	logs := &syncBuffer{}
 	st, err := sessionstore.NewRedis(conn.Client(), sessionstore.Options{KeyPrefix: "test:", EventBuffer: 4096, Timeout: conn.Timeout(),
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		MinReplicaAcks: o.MinReplicaAcks, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +169,7 @@ func TestReplicasPromptAcrossSentinelFailover(t *testing.T) {
 // until the prompt's prompt_end.
 type follower struct {
 	seen    []session.Event
+	onEvent func() // when not nil, called after each event read
 	resumes int
 	on      int // the replica read now, an index of follow's ms
 	end     session.Event
@@ -227,12 +229,48 @@ func (f *follower) follow(ctx context.Context, ms []*session.Manager, id, prompt
 				id, promptID, len(f.seen), last, ms[f.on], f.resumes, err)
 		}
 		f.seen = append(f.seen, e)
+		if f.onEvent != nil {
+			f.onEvent()
+		}
 		if e.Type == session.EventPromptEnd && e.PromptID == promptID {
 			f.end = e
 			sub.Close()
 			return nil
 		}
 	}
+}
+
+// followPrompts creates n sessions, alternately on ms[0] and ms[1], starts
+// on each the prompt text(i) and follows it (resuming on the other replica
+// when told to), calling onEvent (when not nil) after each event read. Each
+// follower's outcome comes on errs; done is closed when all have ended.
+func followPrompts(ctx context.Context, t *testing.T, ms []*session.Manager, n int, text func(i int) string,
+	onEvent func()) (ids []string, fs []*follower, errs <-chan error, done <-chan struct{}) {
+	t.Helper()
+	ids = make([]string, n)
+	fs = make([]*follower, n)
+	out := make(chan error, n)
+	all := make(chan struct{})
+	var running sync.WaitGroup
+	for i := range n {
+		s, err := ms[i%2].Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = s.ID()
+		promptID, sub, err := s.Prompt(ctx, text(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs[i] = &follower{onEvent: onEvent}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			out <- fs[i].follow(ctx, []*session.Manager{ms[i%2], ms[(i+1)%2]}, ids[i], promptID, sub)
+		}()
+	}
+	go func() { running.Wait(); close(all) }()
+	return ids, fs, out, all
 }
 
 // storedTail describes the last n events the store holds of session id.
@@ -266,32 +304,12 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 	b, _ := topologyReplica(t, o, sim.Options{TokenDelay: 10 * time.Millisecond}, lease)
 	ms := []*session.Manager{a, b}
 	const n = 8
-	ids := make([]string, n)
-	prompts := make([]string, n)
-	subs := make([]*session.Subscription, n)
-	for i := range n {
-		m := ms[i%2]
-		s, err := m.Create(ctx, "t", session.CreateParams{Model: "sim/echo"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := "stream [[tokens: 300]]"
+	ids, fs, errs, _ := followPrompts(ctx, t, ms, n, func(i int) string {
 		if i%4 >= 2 {
-			text = "[[faults: 503:retry-after=2,ok]] retry then stream [[tokens: 50]]"
+			return "[[faults: 503:retry-after=2,ok]] retry then stream [[tokens: 50]]"
 		}
-		ids[i] = s.ID()
-		if prompts[i], subs[i], err = s.Prompt(ctx, text); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fs := make([]*follower, n)
-	errs := make(chan error, n)
-	for i := range n {
-		fs[i] = &follower{}
-		go func() {
-			errs <- fs[i].follow(ctx, []*session.Manager{ms[i%2], ms[(i+1)%2]}, ids[i], prompts[i], subs[i])
-		}()
-	}
+		return "stream [[tokens: 300]]"
+	}, nil)
 	// The master to kill: one holding a streaming session and one in
 	// backoff, when the sessions' slots allow (they mostly do).
 	kinds := map[*redistest.Server][2]int{}
@@ -366,6 +384,127 @@ func TestReplicasThroughClusterMasterKill(t *testing.T) {
 		checkLog(t, stA, ids[i], f.seen)
 	}
 	t.Logf("prompts through the fault: %v; %d readers told to resume elsewhere", outcomes, resumed)
+}
+
+// A Redis Cluster resharded under load, as an operator adding a master
+// does: the slot of each of N sessions, some streaming and some waiting in
+// backoff, moves to another master while its prompt runs, two keys at a
+// time (a session's keys end up split across the two masters for a
+// while), and each of the migration's states (the slot MIGRATING, its keys
+// split, the last ones moved) is held open while the prompts write events.
+// Every prompt completes, exactly once, without its client being told to
+// resume elsewhere; every stored log is contiguous with every event its
+// client saw, and its history holds every answer; and every session takes
+// a next prompt on the other replica at once (the first prompt's run ended
+// in the store). With min_replica_acks too: those writes run on the slot's
+// master, not through the Cluster's routing.
+func TestReplicasThroughClusterReshard(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	for _, acks := range []int{0, 1} {
+		t.Run(fmt.Sprintf("min_replica_acks=%d", acks), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			o := redisconn.Options{Addrs: cl.Addrs(), Cluster: true, KeyPrefix: "test:", MinReplicaAcks: acks}
+			const lease = 2 * time.Second
+			a, stA := topologyReplica(t, o, sim.Options{TokenDelay: 10 * time.Millisecond}, lease)
+			b, _ := topologyReplica(t, o, sim.Options{TokenDelay: 10 * time.Millisecond}, lease)
+			ms := []*session.Manager{a, b}
+			const n = 6
+			progress := make(chan struct{}, 1<<16)
+			ids, fs, errs, done := followPrompts(ctx, t, ms, n, func(i int) string {
+				if i%3 == 2 {
+					return "[[faults: 503:retry-after=1,ok]] retry then stream [[tokens: 100]]"
+				}
+				return "stream [[tokens: 400]]"
+			}, func() {
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
+			})
+			// hold keeps a state of the migration while the prompts write
+			// a few more events (or until they have all ended).
+			hold := func() {
+				for range 40 {
+					select {
+					case <-progress:
+					case <-done:
+						return
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+			masters := cl.Masters(ctx)
+			moved := map[int]bool{}
+			for _, id := range ids {
+				key := "test:{" + id + "}:meta"
+				slot, err := cl.Slot(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if moved[slot] {
+					continue
+				}
+				moved[slot] = true
+				from, err := cl.MasterOf(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				to := masters[0]
+				for _, m := range masters {
+					if m != from {
+						to = m
+						break
+					}
+				}
+				keys := cl.MoveSlot(ctx, slot, to, 2, hold)
+				t.Logf("session %s: slot %d moved from %s to %s (%d keys)", id, slot, from.Addr(), to.Addr(), keys)
+			}
+			for range n {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, f := range fs {
+				if f.end.Outcome != session.OutcomeCompleted || f.resumes != 0 {
+					t.Errorf("session %s: prompt_end %s %q after %d resumes", ids[i], f.end.Outcome, f.end.Error, f.resumes)
+				}
+				s, err := ms[(i+1)%2].Get(ctx, "t", ids[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, sub, err := s.Prompt(ctx, "again")
+				if err != nil {
+					t.Fatalf("session %s: a next prompt: %v", ids[i], err)
+				}
+				evs := until(t, sub, session.EventPromptEnd)
+				sub.Close()
+				if end := last(evs); end.Outcome != session.OutcomeCompleted {
+					t.Errorf("session %s: the next prompt ended %s %q", ids[i], end.Outcome, end.Error)
+				}
+				f.seen = append(f.seen, evs...)
+				checkLog(t, stA, ids[i], f.seen)
+				// The history holds both prompts' question and answer (and
+				// the failed call's error entry before a retry's answer).
+				entries, _, err := s.Messages(ctx, 0, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, e := range entries {
+					got = append(got, string(e.Message.Role)+":"+string(e.Message.StopReason))
+				}
+				want := "user: assistant:stop user: assistant:stop"
+				if i%3 == 2 {
+					want = "user: assistant:error assistant:stop user: assistant:stop"
+				}
+				if strings.Join(got, " ") != want {
+					t.Errorf("session %s: history %q, want %q", ids[i], got, want)
+				}
+			}
+		})
+	}
 }
 
 // A single Redis restarted empty (no persistence) while one session

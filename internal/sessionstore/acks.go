@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,7 +64,48 @@ func (r *Redis) master(ctx context.Context, key string) (redis.UniversalClient, 
 // replicas that acknowledge them have those too (unless a failover came in
 // between, which the queued script of Create checks). It returns
 // ErrNotReplicated (wrapped) when fewer replicas answered in time.
+//
+// In a Cluster the pipeline runs on a node client, which follows no
+// redirection: when the slot has moved (MOVED) or is moving (ASK,
+// TRYAGAIN: a reshard) or the Cluster is down for it, the queued commands
+// did not run, and they run again once the slot map is reloaded, until
+// ctx ends. queue is called for each attempt (the commands of the last
+// one hold the replies).
 func (r *Redis) replicated(ctx context.Context, key string, queue func(pipe redis.Pipeliner)) error {
+	for backoff := 8 * time.Millisecond; ; backoff = min(2*backoff, 128*time.Millisecond) {
+		err := r.replicatedOnce(ctx, key, queue)
+		cc, ok := r.c.(*redis.ClusterClient)
+		if err == nil || !ok || !slotElsewhere(err) {
+			return err
+		}
+		cc.ReloadState(ctx)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// slotElsewhere reports a reply of a Cluster node that did not run the
+// command because the slot is not (only) its own: MOVED, ASK, TRYAGAIN,
+// CLUSTERDOWN.
+func slotElsewhere(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(re.Error(), p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Redis) replicatedOnce(ctx context.Context, key string, queue func(pipe redis.Pipeliner)) error {
 	node, err := r.master(ctx, key)
 	if err != nil {
 		return err

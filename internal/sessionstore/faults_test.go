@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/provider"
 	"github.com/agentd/agentd/internal/redisconn"
 	"github.com/agentd/agentd/internal/redistest"
 	"github.com/agentd/agentd/internal/session"
@@ -68,6 +69,125 @@ func newMasterOf(ctx context.Context, t *testing.T, cl *redistest.Cluster, r *Re
 		t.Fatal(err)
 	}
 	return m
+}
+
+// A session's slot moves to another master (a reshard) while its prompt
+// runs. A history append while the slot's keys are split between the two
+// masters (refused with TRYAGAIN until the move is done) waits for the
+// move within the store's timeout, far more than go-redis' 3 retries. With
+// min_replica_acks, whose writes run on the slot's master (a node client,
+// which follows no redirection), the prompt's end follows the slot too,
+// whether it comes while the keys are split or right after the slot moved,
+// while the client's slot map still names the master it left (MOVED); and
+// the next prompt starts and ends on the slot's master.
+func TestWritesThroughSlotMove(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn := newConn(t, redisconn.Options{Addrs: cl.Addrs(), Cluster: true})
+	acked := newStore(t, conn.Client(), Options{Timeout: 5 * time.Second, MinReplicaAcks: 1, AckTimeout: 2 * time.Second})
+	const id = "ses_moving"
+	if res, err := acked.Create(ctx, record(id, "acme"), 0); err != nil || !res.Created {
+		t.Fatalf("Create = %+v, %v", res, err)
+	}
+	start := func(promptID string) {
+		t.Helper()
+		first := &session.Entry{Time: created, PromptID: promptID, Message: provider.Message{Role: provider.RoleUser,
+			Content: []provider.Block{{Type: provider.BlockText, Text: "hello"}}}}
+		res, err := acked.Start(ctx, id, time.Minute, session.Run{PromptID: promptID, Replica: acked.ReplicaID()}, first,
+			session.PromptSlot{}, 0)
+		if err != nil || !res.Started {
+			t.Fatalf("Start %s = %+v, %v", promptID, res, err)
+		}
+		acked.AppendEvent(id, event(1))
+		must(t, acked.Flush(ctx, id))
+	}
+	ended := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("EndRun %s: %v", what, err)
+		}
+		if h, err := acked.Holder(ctx, id); h != "" || err != nil {
+			t.Fatalf("holder %q (%v) after EndRun %s", h, err, what)
+		}
+	}
+	key := acked.key(id, "meta")
+	slot, err := cl.Slot(ctx, key)
+	must(t, err)
+	from, err := cl.MasterOf(ctx, key)
+	must(t, err)
+	var to *redistest.Server
+	for _, m := range cl.Masters(ctx) {
+		if m != from {
+			to = m
+			break
+		}
+	}
+
+	// moveSplit moves the slot to the other master, the key first alone:
+	// op runs while the slot's keys are split, and the move goes on once
+	// the source has refused op's script refusals times (or op returned).
+	// It returns op's error.
+	moveSplit := func(first string, refusals int, op func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		split := true
+		cl.MoveSlot(ctx, slot, to, 10, func() {
+			if !split {
+				return
+			}
+			split = false
+			cl.Migrate(ctx, from, to, acked.key(id, first))
+			before, err := redistest.Refused(ctx, from.Addr(), "TRYAGAIN")
+			must(t, err)
+			go func() { done <- op() }()
+			redistest.Eventually(ctx, t, fmt.Sprintf("the script refused %d times while the keys are split", refusals),
+				func(ctx context.Context) (bool, error) {
+					if len(done) > 0 {
+						return true, nil // it gave up (or got through): told below
+					}
+					n, err := redistest.Refused(ctx, from.Addr(), "TRYAGAIN")
+					return n >= before+refusals, err
+				})
+		})
+		from, to = to, from
+		return <-done
+	}
+
+	// An append while the keys are split (the history moved first, the
+	// source refusing the script of the lease, the epoch and the history
+	// until the rest follow), held so for more refusals than go-redis' 3
+	// retries would have made.
+	start("p0")
+	if err := moveSplit("history", 6, func() error {
+		_, err := acked.Append(ctx, id, session.Entry{Time: created, PromptID: "p0"})
+		return err
+	}); err != nil {
+		t.Fatalf("Append while the slot's keys were split: %v", err)
+	}
+	ended("after the append", acked.EndRun(ctx, id, session.PromptSlot{}))
+	if n, err := conn.Client().LLen(ctx, acked.key(id, "history")).Result(); err != nil || n != 2 {
+		t.Fatalf("the history holds %d entries (%v) after the move, want the user message and the append", n, err)
+	}
+
+	// The end while the keys are split: the lease moved first.
+	start("p1")
+	ended("while the slot's keys were split", moveSplit("lease", 1, func() error {
+		return acked.EndRun(ctx, id, session.PromptSlot{})
+	}))
+
+	// The end right after the slot moved again: the client's map still
+	// names the master the slot left.
+	start("p2")
+	before, err := redistest.Refused(ctx, from.Addr(), "MOVED")
+	must(t, err)
+	cl.MoveSlot(ctx, slot, to, 100, nil)
+	ended("after the slot moved again", acked.EndRun(ctx, id, session.PromptSlot{}))
+	if n, err := redistest.Refused(ctx, from.Addr(), "MOVED"); err != nil || n == before {
+		t.Errorf("the end after the move met no MOVED (%d, %v): the client's map was not stale", n, err)
+	}
+	start("p3")
+	ended("on the slot's master", acked.EndRun(ctx, id, session.PromptSlot{}))
 }
 
 // A Cluster master holding a session's slot is killed: once its replica is
