@@ -140,7 +140,8 @@ func (c *Conn) Probe(ctx context.Context) error {
 }
 
 // probeCluster writes a key in the first slot of each master's ranges, as
-// the Cluster client routes it.
+// the Cluster client routes it (or, should that slot be moving, in its
+// last).
 func (c *Conn) probeCluster(ctx context.Context) error {
 	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7; CLUSTER SLOTS answers on every supported Redis
 	slots, err := c.cluster.ClusterSlots(ctx).Result()
@@ -148,28 +149,42 @@ func (c *Conn) probeCluster(ctx context.Context) error {
 		return c.notWritable(err, "")
 	}
 	covered := 0
-	first := map[string]int{} // master → a slot it serves
+	// master → two slots it serves: the first of its first range and the
+	// last of its last (a reshard moves a master's slots from the lowest
+	// up, so when the one is moving the other is not).
+	ends := map[string][]int{}
 	for _, s := range slots {
 		covered += int(s.End-s.Start) + 1
 		if len(s.Nodes) == 0 {
 			continue
 		}
-		if _, ok := first[s.Nodes[0].Addr]; !ok {
-			first[s.Nodes[0].Addr] = int(s.Start)
+		addr := s.Nodes[0].Addr
+		if _, ok := ends[addr]; !ok {
+			ends[addr] = []int{int(s.Start), int(s.End)}
 		}
+		ends[addr][1] = int(s.End)
 	}
 	if covered < numSlots {
 		return &NotWritableError{Reason: "CLUSTERDOWN", Err: errorf("%d of %d slots are served", covered, numSlots),
 			Hint: "the Cluster does not cover every slot"}
 	}
-	errs := make(chan error, len(first))
+	errs := make(chan error, len(ends))
 	var wg sync.WaitGroup
-	for addr, slot := range first {
+	for addr, slots := range ends {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := c.o.KeyPrefix + "probe:{" + c.probe.tag(slot) + "}:" + c.probe.id
-			if err := c.probeMaster(ctx, key, addr); err != nil {
+			var err error
+			for _, slot := range slots {
+				key := c.o.KeyPrefix + "probe:{" + c.probe.tag(slot) + "}:" + c.probe.id
+				if err = c.probeMaster(ctx, key, addr); !slotMoving(err) {
+					break
+				}
+				// The slot is moving or moved since CLUSTER SLOTS: the
+				// master's other one tells.
+				c.cluster.ReloadState(ctx)
+			}
+			if err != nil {
 				errs <- err
 			}
 		}()
@@ -212,6 +227,21 @@ func (c *Conn) probeMaster(ctx context.Context, key, addr string) error {
 		return c.notWritable(err, addr)
 	}
 	return c.acknowledged(wait, addr)
+}
+
+// slotMoving reports a probe that met a slot leaving its master (with
+// Options.MinReplicaAcks the probe runs on the master's own client, which
+// follows no redirection): MOVED, ASK, TRYAGAIN.
+func slotMoving(err error) bool {
+	var nw *NotWritableError
+	if !errors.As(err, &nw) {
+		return false
+	}
+	switch nw.Reason {
+	case "MOVED", "ASK", "TRYAGAIN":
+		return true
+	}
+	return false
 }
 
 // waitBound is how long the probe's WAIT waits for replicas: half the

@@ -232,6 +232,52 @@ func TestClusterMasterKilled(t *testing.T) {
 	})
 }
 
+// With min_replica_acks the probe writes on each master's own client,
+// which follows no redirection: while a reshard moves the slot it probes
+// (its key already on the new master, ASK), or right after (MOVED), the
+// probe writes in the master's other slot instead, and the store stays
+// ready.
+func TestProbeThroughSlotMove(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := testkit.ContextFor(t, 60*time.Second)
+	c := newConn(t, Options{Addrs: cl.Addrs(), Cluster: true, KeyPrefix: "t:", MinReplicaAcks: 1})
+	redistest.Eventually(ctx, t, "every master's replica acknowledges the probe", func(ctx context.Context) (bool, error) {
+		err := c.Probe(ctx)
+		return err == nil, err
+	})
+	slots, err := c.Client().ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := int(slots[0].Start)
+	for _, s := range slots {
+		if s.Nodes[0].Addr == slots[0].Nodes[0].Addr {
+			slot = min(slot, int(s.Start))
+		}
+	}
+	from, to := cl.Node(slots[0].Nodes[0].Addr), (*redistest.Server)(nil)
+	for _, m := range cl.Masters(ctx) {
+		if m != from {
+			to = m
+		}
+	}
+	key := "t:probe:{" + c.probe.tag(slot) + "}:" + c.probe.id
+	moving := true
+	cl.MoveSlot(ctx, slot, to, 10, func() {
+		if !moving {
+			return
+		}
+		moving = false
+		cl.Migrate(ctx, from, to, key)
+		if err := c.Probe(ctx); err != nil {
+			t.Errorf("Probe while its slot migrates, its key moved = %v", err)
+		}
+	})
+	if err := c.Probe(ctx); err != nil {
+		t.Errorf("Probe right after its slot moved = %v", err)
+	}
+}
+
 // With min_replica_acks the probe's write must be acknowledged by that
 // many replicas (WAIT): a master alone, or whose replica died, is short
 // of replicas (NOREPLICAS); with its replica in sync it is not.
