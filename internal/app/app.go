@@ -270,8 +270,8 @@ func (a *App) stop(ctx context.Context) {
 }
 
 // checkStoreAtStart probes the store once at start and logs why it cannot
-// write (a wrong topology is said here, not only by /readyz), or that too
-// few replicas acknowledge its writes.
+// write (a wrong topology is said here, not only by /readyz), that too few
+// replicas acknowledge its writes, or that Redis may evict its keys.
 func checkStoreAtStart(ctx context.Context, st *stores, m *metrics.Metrics, log *slog.Logger) {
 	m.StoreWritable.Set(1)
 	m.StoreReplicasShort.Set(0)
@@ -289,5 +289,12 @@ func checkStoreAtStart(ctx context.Context, st *stores, m *metrics.Metrics, log 
 		m.StoreWritable.Set(0)
 		log.Error("store.redis: the store cannot write (/readyz answers 503 until it can)",
 			"topology", string(st.rconn.Topology()), "err", err)
+	}
+	var evicting *redisconn.EvictingError
+	switch err := st.rconn.Evicting(ctx); {
+	case errors.As(err, &evicting):
+		log.Warn("store.redis: Redis may evict agentd's keys", "topology", string(st.rconn.Topology()), "err", err)
+	case err != nil:
+		log.Info("store.redis: could not read Redis' eviction policy (INFO memory)", "err", err)
 	}
 }

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -161,4 +162,35 @@ func TestRunStopsEverything(t *testing.T) {
 		n, err := redisClients(ctx, rs.Addr())
 		return n == 0, err
 	})
+}
+
+// Started on a Redis that may evict keys (a maxmemory and an allkeys-lru
+// policy), agentd says so in a warning naming the policy and the fix; on
+// one that may not, it says nothing of it.
+func TestStartWarnsOfAnEvictingRedis(t *testing.T) {
+	ctx := testkit.Context(t)
+	for _, tc := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}, true},
+		{[]string{"--maxmemory", "64mb"}, false},
+	} {
+		rs := redistest.StartWith(t, tc.args...)
+		var logs testkit.LogBuffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		cfg := parse(t, fmt.Sprintf("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"+
+			"store:\n  backend: redis\n  redis: {addr: %q}\n", rs.Addr()))
+		a, err := app.New(cfg, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Stop(ctx)
+		out := logs.String()
+		warned := strings.Contains(out, "level=WARN") && strings.Contains(out, "Redis may evict agentd's keys") &&
+			strings.Contains(out, "maxmemory-policy allkeys-lru") && strings.Contains(out, "set maxmemory-policy noeviction")
+		if warned != tc.warn {
+			t.Errorf("redis-server %v: warned %v, want %v; the log:\n%s", tc.args, warned, tc.warn, out)
+		}
+	}
 }

@@ -301,6 +301,8 @@ func (c *Conn) notWritable(err error, node string) *NotWritableError {
 		e.Hint = "no answer within " + ProbeTimeout.String()
 	case "MASTERDOWN":
 		e.Hint = "the replica lost its master"
+	case "OOM":
+		e.Hint = "Redis is at its maxmemory and refuses writes (maxmemory-policy noeviction): raise maxmemory, or free memory"
 	}
 	return e
 }

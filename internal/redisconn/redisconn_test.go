@@ -125,6 +125,37 @@ func TestProbeSingle(t *testing.T) {
 	}
 }
 
+// A server with a maxmemory and an evicting policy is told (Evicting
+// names the policy); noeviction or no maxmemory is not; and a server at
+// its maxmemory under noeviction fails the probe with OOM and a hint.
+func TestEvicting(t *testing.T) {
+	ctx := testkit.Context(t)
+	lru := newConn(t, Options{Addr: redistest.StartWith(t, "--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru").Addr()})
+	err := lru.Evicting(ctx)
+	var ev *EvictingError
+	if !errors.As(err, &ev) || ev.Policy != "volatile-lru" || ev.MaxMemory != 100<<20 ||
+		!strings.Contains(err.Error(), "set maxmemory-policy noeviction") {
+		t.Fatalf("Evicting with volatile-lru = %v", err)
+	}
+	unbounded := newConn(t, Options{Addr: redistest.StartWith(t, "--maxmemory-policy", "allkeys-lru").Addr()})
+	if err := unbounded.Evicting(ctx); err != nil {
+		t.Errorf("Evicting without maxmemory = %v", err)
+	}
+	srv := redistest.StartWith(t, "--maxmemory", "100mb", "--maxmemory-policy", "noeviction")
+	full := newConn(t, Options{Addr: srv.Addr()})
+	if err := full.Evicting(ctx); err != nil {
+		t.Errorf("Evicting with noeviction = %v", err)
+	}
+	if err := full.Client().ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = full.Probe(ctx)
+	var nw *NotWritableError
+	if !errors.As(err, &nw) || nw.Reason != "OOM" || !strings.Contains(err.Error(), "raise maxmemory") {
+		t.Fatalf("Probe of a full server = %v", err)
+	}
+}
+
 // A single address on a replica: READONLY, and a hint to name the master
 // (through Sentinel).
 func TestProbeReplica(t *testing.T) {
@@ -166,6 +197,27 @@ func TestClusterMasterKilled(t *testing.T) {
 		err := acked.Probe(ctx)
 		return err == nil, err
 	})
+	// Every master is asked of its eviction policy.
+	if err := c.Evicting(ctx); err != nil {
+		t.Fatalf("Evicting = %v", err)
+	}
+	lfu := redistest.Client(t, cl.Masters(ctx)[1].Addr())
+	if err := lfu.ConfigSet(ctx, "maxmemory", "1gb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Evicting(ctx); err != nil {
+		t.Fatalf("Evicting with a maxmemory and the default policy (noeviction) = %v", err)
+	}
+	if err := lfu.ConfigSet(ctx, "maxmemory-policy", "allkeys-lfu").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var ev *EvictingError
+	if err := c.Evicting(ctx); !errors.As(err, &ev) || ev.Node != lfu.Options().Addr || ev.Policy != "allkeys-lfu" {
+		t.Fatalf("Evicting with allkeys-lfu on one master = %v", err)
+	}
+	if err := lfu.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
 	const key = "t:{ses_k}:meta"
 	if err := c.Client().Set(ctx, key, "v", 0).Err(); err != nil {
 		t.Fatal(err)

@@ -117,23 +117,8 @@ func TestGrantScopeInGRPC(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent use.
+type syncBuffer = testkit.LogBuffer
 
 // Tickets appear in no log line, whatever happens to them.
 func TestTicketsNotLogged(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/agentd/agentd/internal/provider/providertest"
 	"github.com/agentd/agentd/internal/retry"
 	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // Reasoning state across a session's calls, against the fake providers,
@@ -61,23 +62,8 @@ type reasoningEnv struct {
 	log  *syncBuffer // the manager's log
 }
 
-// syncBuffer is a log's buffer, safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log sink safe for concurrent use.
+type syncBuffer = testkit.LogBuffer
 
 // newReasoningEnv has providers anth (Anthropic) and oai (OpenAI
 // Responses, with encrypted reasoning) on one fake, the credentials given
