@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -192,5 +194,69 @@ func TestStartWarnsOfAnEvictingRedis(t *testing.T) {
 		if warned != tc.warn {
 			t.Errorf("redis-server %v: warned %v, want %v; the log:\n%s", tc.args, warned, tc.warn, out)
 		}
+	}
+}
+
+// agentd on a Redis it reaches over TLS (a client certificate asked for)
+// as an ACL user confined to its key prefix and its channels, as the
+// README's ACL gives it: readiness, a session's creation, a prompt and
+// its events, the history, a credential added and removed and the
+// session's deletion all work, and no command was refused.
+func TestRedisOverTLSAsAnACLUser(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	rs, tlsAddr := redistest.StartTLS(t, files, true)
+	ctx := testkit.Context(t)
+	if err := redistest.Client(t, rs.Addr()).Do(ctx, "acl", "setuser", "agentd", "reset", "on", ">pw-of-agentd",
+		"~agentd:*", "&agentd:*", "+@all", "-@dangerous", "+info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("T_AGENTD_REDIS_PASSWORD", "pw-of-agentd")
+	cfg := parse(t, fmt.Sprintf("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"+
+		"store:\n  backend: redis\n  redis:\n    addr: %q\n    username: agentd\n    password_env: T_AGENTD_REDIS_PASSWORD\n"+
+		"    tls: {enabled: true, ca_file: %q, cert_file: %q, key_file: %q}\n", tlsAddr, files.CA, files.ClientCert, files.ClientKey))
+	var logs testkit.LogBuffer
+	a, err := app.New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	base := "http://" + a.Server().HTTPAddr()
+	call := func(method, path, body string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %s %s", method, path, resp.Status, out)
+		}
+		return string(out)
+	}
+	call("GET", "/readyz", "")
+	var s struct{ ID string }
+	if err := json.Unmarshal([]byte(call("POST", "/v1/sessions", `{"model": "sim/echo"}`)), &s); err != nil {
+		t.Fatal(err)
+	}
+	if stream := call("POST", "/v1/sessions/"+s.ID+":prompt", `{"text": "hello over TLS"}`); !strings.Contains(stream, `"outcome":"completed"`) {
+		t.Fatalf("the prompt's stream:\n%s", stream)
+	}
+	if msgs := call("GET", "/v1/sessions/"+s.ID+"/messages", ""); strings.Count(msgs, `"role"`) != 2 {
+		t.Fatalf("the history: %s", msgs)
+	}
+	call("POST", "/v1/credentials", `{"id": "k1", "provider": "sim", "secret": "sk-test-1"}`)
+	call("DELETE", "/v1/credentials/k1", "")
+	call("DELETE", "/v1/sessions/"+s.ID, "")
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if out := logs.String(); strings.Contains(out, "NOPERM") || strings.Contains(out, "level=ERROR") {
+		t.Fatalf("agentd's log:\n%s", out)
 	}
 }

@@ -5,6 +5,7 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -154,6 +155,13 @@ type Redis struct {
 	SentinelPasswordEnv string `yaml:"sentinel_password_env"`
 	Password            string `yaml:"-"`
 	SentinelPassword    string `yaml:"-"`
+	// Username and SentinelUsername are the ACL users (Redis 6+) the
+	// passwords belong to; empty: the default user (AUTH with a password
+	// alone).
+	Username         string `yaml:"username"`
+	SentinelUsername string `yaml:"sentinel_username"`
+	// TLS connects to every node (and Sentinel) over TLS.
+	TLS RedisTLS `yaml:"tls"`
 	// MinReplicaAcks, when > 0, makes session creation, a prompt's start
 	// and its end wait (WAIT) until that many replicas of the session's
 	// master have them; fewer within the wait is an error (default 0: no
@@ -178,6 +186,23 @@ type Redis struct {
 	// replica needs the same one. Without it Redis holds them in clear.
 	SecretKeyEnv string `yaml:"secret_key_env"`
 	SecretKey    string `yaml:"-"`
+}
+
+// RedisTLS is store.redis.tls.
+type RedisTLS struct {
+	Enabled bool `yaml:"enabled"`
+	// CAFile is a PEM bundle of the CAs that sign the servers'
+	// certificates; empty: the system's roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are a client certificate and its key (PEM), for
+	// servers that ask for one (tls-auth-clients).
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name the servers' certificates must carry; empty:
+	// each address's host.
+	ServerName string `yaml:"server_name"`
+	// Config is what the fields above make (nil when not enabled).
+	Config *tls.Config `yaml:"-"`
 }
 
 // Retry is the retry policy's settings group (docs/retry-policy.md). Unset
@@ -811,6 +836,7 @@ var (
 		"Credential": "providers[].credentials[].", "Model": "providers[].models[].",
 		"ModelPrice": "providers[].models[].price.", "Sessions": "sessions.",
 		"Limits": "limits.", "Metrics": "metrics.", "HTTP": "http.", "CORS": "http.cors.",
+		"RedisTLS": "store.redis.tls.", "Telemetry": "telemetry.", "OTLP": "telemetry.otlp.",
 	}
 )
 

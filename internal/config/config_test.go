@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"bogus: 1", "bogus: unknown key"},
 		{"listen: {grpc: 127.0.0.1:1, bogus: 2}", "listen.bogus: unknown key"},
 		{"retry: {max_retriez: 2}", "retry.max_retriez: unknown key"},
+		{"telemetry: {otlp: {endpoint: 127.0.0.1:4317, tls: true}}", "telemetry.otlp.tls: unknown key"},
+		{"telemetry: {service: x}", "telemetry.service: unknown key"},
 		{"providers: [{name: a, kind: anthropic, colour: red}]", "providers[].colour: unknown key"},
 		{"listen: {grpc: nonsense}", "listen.grpc"},
 		{"store: {backend: etcd}", "store.backend"},
@@ -177,4 +180,29 @@ func TestProviderPacing(t *testing.T) {
 			t.Errorf("providers[%d] (%s).Paces() = %v, want %v", i, c.Providers[i].Name, got, want)
 		}
 	}
+}
+
+// Every section type of the configuration has its key path, so that an
+// unknown key anywhere is named in full ("store.redis.tls.sni").
+func TestEverySectionHasItsPath(t *testing.T) {
+	seen := map[reflect.Type]bool{}
+	var walk func(typ reflect.Type)
+	walk = func(typ reflect.Type) {
+		for typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Slice || typ.Kind() == reflect.Map {
+			typ = typ.Elem()
+		}
+		if typ.Kind() != reflect.Struct || typ.PkgPath() != reflect.TypeFor[Config]().PkgPath() || seen[typ] {
+			return
+		}
+		seen[typ] = true
+		if _, ok := sections[typ.Name()]; !ok {
+			t.Errorf("config.%s has no key path in sections", typ.Name())
+		}
+		for f := range typ.Fields() {
+			if tag := f.Tag.Get("yaml"); tag != "-" && f.IsExported() {
+				walk(f.Type)
+			}
+		}
+	}
+	walk(reflect.TypeFor[Config]())
 }

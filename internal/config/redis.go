@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -102,6 +104,53 @@ func (r *Redis) finish() error {
 	if r.SentinelPassword, err = secretFromEnv("store.redis.sentinel_password_env", r.SentinelPasswordEnv); err != nil {
 		return err
 	}
+	if r.SentinelUsername != "" && r.MasterName == "" {
+		return fmt.Errorf("config: store.redis.sentinel_username: only with Sentinel (store.redis.master_name)")
+	}
+	for _, u := range []struct{ key, v string }{{"username", r.Username}, {"sentinel_username", r.SentinelUsername}} {
+		if strings.ContainsAny(u.v, " \t\r\n") {
+			return fmt.Errorf("config: store.redis.%s: %q holds white space", u.key, u.v)
+		}
+	}
+	return r.TLS.finish()
+}
+
+// finish checks store.redis.tls and builds its tls.Config: the files are
+// read now, so a missing or malformed one stops agentd at start.
+func (t *RedisTLS) finish() error {
+	if !t.Enabled {
+		for _, f := range []struct{ key, v string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile},
+			{"key_file", t.KeyFile}, {"server_name", t.ServerName}} {
+			if f.v != "" {
+				return fmt.Errorf("config: store.redis.tls.%s: only with store.redis.tls.enabled: true", f.key)
+			}
+		}
+		return nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return fmt.Errorf("config: store.redis.tls.ca_file: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("config: store.redis.tls.ca_file: %s holds no PEM certificate", t.CAFile)
+		}
+	}
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return fmt.Errorf("config: store.redis.tls.cert_file: set cert_file and key_file together")
+	case t.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			// The key's content never appears: LoadX509KeyPair's errors
+			// name what is wrong, not what it read.
+			return fmt.Errorf("config: store.redis.tls.cert_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	t.Config = c
 	return nil
 }
 

@@ -53,6 +53,13 @@ func TestRedisErrorsNameTheKey(t *testing.T) {
 		{`{password_env: $T_REDIS_PASSWORD}`, "store.redis.password_env: \"$T_REDIS_PASSWORD\": write the variable's name"},
 		{`{addrs: [a:1], master_name: m, sentinel_password_env: T_EMPTY}`, "store.redis.sentinel_password_env: environment variable T_EMPTY is empty or unset"},
 		{`{sentinel_password_env: T_REDIS_PASSWORD}`, "store.redis.sentinel_password_env: only with Sentinel"},
+		{`{sentinel_username: s}`, "store.redis.sentinel_username: only with Sentinel"},
+		{`{username: "a b"}`, "store.redis.username: \"a b\" holds white space"},
+		{`{tls: {ca_file: /x.pem}}`, "store.redis.tls.ca_file: only with store.redis.tls.enabled: true"},
+		{`{tls: {enabled: true, ca_file: /nonexistent/ca.pem}}`, "store.redis.tls.ca_file: open /nonexistent/ca.pem"},
+		{`{tls: {enabled: true, cert_file: /x.pem}}`, "store.redis.tls.cert_file: set cert_file and key_file together"},
+		{`{tls: {enabled: true, cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem}}`, "store.redis.tls.cert_file: open /nonexistent/c.pem"},
+		{`{tls: {enabled: true, sni: x}}`, "store.redis.tls.sni: unknown key"},
 	} {
 		_, err := Parse(strings.NewReader("store: {backend: redis, redis: " + tc.yaml + "}"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -126,7 +126,8 @@ func (c *Conn) leaveReplicas() {
 // replicas'.
 func (c *Conn) askSentinel(ctx context.Context, addr string) (string, []string, error) {
 	sc := redis.NewSentinelClient(&redis.Options{
-		Addr: addr, Password: c.o.SentinelPassword, DialTimeout: c.timeout, ReadTimeout: c.timeout,
+		Addr: addr, Username: c.o.SentinelUsername, Password: c.o.SentinelPassword, TLSConfig: c.o.TLS,
+		DialTimeout: c.timeout, ReadTimeout: c.timeout,
 		WriteTimeout: c.timeout, PoolSize: 1, MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
 	})
 	defer sc.Close()

@@ -129,8 +129,8 @@ func (c *Conn) Probe(ctx context.Context) error {
 	set := pipe.Set(ctx, c.o.KeyPrefix+"probe:"+c.probe.id, "1", probeKeyTTL)
 	wait := c.queueWait(ctx, pipe)
 	info := pipe.Info(ctx, "cluster")
-	_, _ = pipe.Exec(ctx)
-	if err := set.Err(); err != nil {
+	_, execErr := pipe.Exec(ctx)
+	if err := setErr(set, execErr); err != nil {
 		return c.notWritable(err, "")
 	}
 	if strings.Contains(info.Val(), "cluster_enabled:1") {
@@ -222,11 +222,27 @@ func (c *Conn) probeMaster(ctx context.Context, key, addr string) error {
 	pipe := node.Pipeline()
 	set := pipe.Set(ctx, key, "1", probeKeyTTL)
 	wait := c.queueWait(ctx, pipe)
-	_, _ = pipe.Exec(ctx)
-	if err := set.Err(); err != nil {
+	_, execErr := pipe.Exec(ctx)
+	if err := setErr(set, execErr); err != nil {
 		return c.notWritable(err, addr)
 	}
 	return c.acknowledged(wait, addr)
+}
+
+// setErr is the failure of the probe's SET: its own error, or, when it
+// has no reply, the pipeline's (a connection that could not be set up,
+// e.g. its AUTH refused, fails the pipeline without failing its commands).
+func setErr(set *redis.StatusCmd, execErr error) error {
+	if err := set.Err(); err != nil {
+		return err
+	}
+	if set.Val() != "OK" {
+		if execErr != nil {
+			return execErr
+		}
+		return errorf("no reply to the probe's SET")
+	}
+	return nil
 }
 
 // slotMoving reports a probe that met a slot leaving its master (with
@@ -296,7 +312,7 @@ func (c *Conn) notWritable(err error, node string) *NotWritableError {
 	case "CLUSTERDOWN":
 		e.Hint = "a master failed and no replica has taken its slots over yet, or the Cluster lost its majority"
 	case "NOAUTH", "WRONGPASS":
-		e.Hint = "check store.redis.password_env"
+		e.Hint = "check store.redis.username and store.redis.password_env"
 	case "timeout":
 		e.Hint = "no answer within " + ProbeTimeout.String()
 	case "MASTERDOWN":

@@ -26,6 +26,7 @@ package redisconn
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -98,7 +99,13 @@ type Options struct {
 	// the Sentinels. Neither appears in an error or a log line.
 	Password         string
 	SentinelPassword string
-	DB               int
+	// Username and SentinelUsername name the ACL users of the passwords
+	// ("": the default user).
+	Username         string
+	SentinelUsername string
+	// TLS, when not nil, is every connection's TLS (the Sentinels' too).
+	TLS *tls.Config
+	DB  int
 	// Timeout bounds each dial, command write and read, and pool wait;
 	// <= 0 means DefaultTimeout.
 	Timeout time.Duration
@@ -124,6 +131,7 @@ func FromConfig(r config.Redis) Options {
 	return Options{
 		Addr: r.Addr, Addrs: r.Addrs, Cluster: r.Cluster, MasterName: r.MasterName,
 		Password: r.Password, SentinelPassword: r.SentinelPassword, DB: r.DB,
+		Username: r.Username, SentinelUsername: r.SentinelUsername, TLS: r.TLS.Config,
 		Timeout: r.TimeoutMs.Duration(), KeyPrefix: r.KeyPrefix,
 		MinReplicaAcks: r.MinReplicaAcks,
 	}
@@ -174,7 +182,9 @@ func New(o Options) (*Conn, error) {
 		c.topology = Cluster
 		c.cluster = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                      o.Addrs,
+			Username:                   o.Username,
 			Password:                   o.Password,
+			TLSConfig:                  o.TLS,
 			ReadOnly:                   false,
 			MaxRedirects:               maxRedirects,
 			MinRetryBackoff:            minBackoff,
@@ -194,12 +204,15 @@ func New(o Options) (*Conn, error) {
 			return nil, errors.New("redisconn: Sentinel needs the Sentinels' addresses")
 		}
 		c.topology = Sentinel
-		c.tracker = &tracker{conns: map[*trackedConn]struct{}{}, redirect: o.redirect, timeout: t}
+		c.tracker = &tracker{conns: map[*trackedConn]struct{}{}, redirect: o.redirect, timeout: t, tls: o.TLS}
 		c.client = redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName:            o.MasterName,
 			SentinelAddrs:         o.Addrs,
+			SentinelUsername:      o.SentinelUsername,
 			SentinelPassword:      o.SentinelPassword,
+			Username:              o.Username,
 			Password:              o.Password,
+			TLSConfig:             o.TLS, // the tracker's dial does the handshake
 			DB:                    o.DB,
 			Dialer:                c.tracker.dial,
 			MaxRetries:            maxRetries,
@@ -220,7 +233,9 @@ func New(o Options) (*Conn, error) {
 		c.topology = Single
 		c.client = redis.NewClient(&redis.Options{
 			Addr:                  o.Addr,
+			Username:              o.Username,
 			Password:              o.Password,
+			TLSConfig:             o.TLS,
 			DB:                    o.DB,
 			MaxRetries:            maxRetries,
 			MinRetryBackoff:       minBackoff,
@@ -274,6 +289,7 @@ type tracker struct {
 	conns    map[*trackedConn]struct{}
 	redirect func(string) string
 	timeout  time.Duration
+	tls      *tls.Config // nil: plain TCP
 }
 
 // trackedConn is a TCP connection that leaves its tracker when closed. It
@@ -311,7 +327,23 @@ func (t *tracker) dial(ctx context.Context, network, addr string) (net.Conn, err
 	t.mu.Lock()
 	t.conns[c] = struct{}{}
 	t.mu.Unlock()
-	return c, nil
+	if t.tls == nil {
+		return c, nil
+	}
+	// A custom dialer is go-redis' whole dial: the handshake is its too.
+	cfg := t.tls
+	if cfg.ServerName == "" {
+		cfg = cfg.Clone()
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(c, cfg)
+	hctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // closeTo closes the open connections to the given addresses and returns

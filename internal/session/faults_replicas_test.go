@@ -425,7 +425,7 @@ func TestReplicasThroughClusterReshard(t *testing.T) {
 			// hold keeps a state of the migration while the prompts write
 			// a few more events (or until they have all ended).
 			hold := func() {
-				for range 40 {
+				for range 20 {
 					select {
 					case <-progress:
 					case <-done:
