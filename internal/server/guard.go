@@ -182,8 +182,9 @@ func (a *webAPI) readBody(w http.ResponseWriter, r *http.Request) (*http.Request
 		writeStatus(w, http.StatusBadRequest, status.Newf(codes.InvalidArgument, "request body: %v", err))
 		return r, false
 	}
-	r.Body = &readBytes{Reader: bytes.NewReader(buf.Bytes()), b: buf.Bytes()}
-	r.ContentLength = int64(buf.Len())
+	b := fixLoneSurrogates(buf.Bytes()) // surrogates.go
+	r.Body = &readBytes{Reader: bytes.NewReader(b), b: b}
+	r.ContentLength = int64(len(b))
 	return r, true
 }
 
