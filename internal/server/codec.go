@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 )
@@ -23,13 +24,27 @@ import (
 // Event with a string that is not goes to the protobuf codec, which fails
 // it as before. Every other message, and every Unmarshal, is the protobuf
 // codec's.
-type eventCodec struct{ proto encoding.CodecV2 }
+//
+// A request with a string that is not UTF-8 is read as an empty message
+// whose call the guard's interceptors answer INVALID_ARGUMENT (utf8.go).
+type eventCodec struct {
+	proto encoding.CodecV2
+	guard utf8Guard
+}
 
-func newEventCodec() eventCodec { return eventCodec{proto: encoding.GetCodecV2(grpcproto.Name)} }
+func newEventCodec(g utf8Guard) eventCodec {
+	return eventCodec{proto: encoding.GetCodecV2(grpcproto.Name), guard: g}
+}
 
 func (eventCodec) Name() string { return grpcproto.Name }
 
-func (c eventCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+func (c eventCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.proto.Unmarshal(data, v)
+	if m, ok := v.(proto.Message); ok && err != nil {
+		return c.guard.unmarshalled(data.Materialize(), m, err)
+	}
+	return err
+}
 
 func (c eventCodec) Marshal(v any) (mem.BufferSlice, error) {
 	ev, ok := v.(*agentdv1.Event)

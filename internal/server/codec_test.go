@@ -22,7 +22,7 @@ func chunk(text string) *agentdv1.Event {
 // codecBytes is what the server's codec writes of m, or its error.
 func codecBytes(t testing.TB, m proto.Message) ([]byte, error) {
 	t.Helper()
-	bs, err := newEventCodec().Marshal(m)
+	bs, err := newEventCodec(newUTF8Guard()).Marshal(m)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func BenchmarkChunkCodec(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		c    encoding.CodecV2
-	}{{"server", newEventCodec()}, {"protobuf", encoding.GetCodecV2(grpcproto.Name)}} {
+	}{{"server", newEventCodec(newUTF8Guard())}, {"protobuf", encoding.GetCodecV2(grpcproto.Name)}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -62,3 +62,11 @@ func startTestApp(t testing.TB, yaml string, log *slog.Logger, tr *telemetry.Tra
 	})
 	return a
 }
+
+// PendingUTF8 is how many requests the codec read as not UTF-8 whose call
+// the guard has not answered yet.
+func (s *Server) PendingUTF8() int {
+	n := 0
+	s.utf8.bad.Range(func(any, any) bool { n++; return true })
+	return n
+}

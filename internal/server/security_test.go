@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	agentdv1 "github.com/agentd/agentd/api/gen/agentd/v1"
 	"github.com/agentd/agentd/internal/testkit"
@@ -517,5 +518,91 @@ func TestMetricsOnTheirOwnListener(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "agentd_sessions_active") {
 		t.Errorf("/metrics on metrics.listen: %d %.200s", resp.StatusCode, b)
+	}
+}
+
+// rawCodec sends and receives a call's message as the bytes given: a
+// client that writes what protobuf would refuse to encode.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*v.(*[]byte) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// A gRPC request with a string that is not UTF-8, at the top of the
+// message or nested, unary or streaming, is INVALID_ARGUMENT naming the
+// field (grpc-go alone answers INTERNAL, "failed to unmarshal"); nothing is
+// created or run, and the same call well formed then works.
+func TestGRPCInvalidUTF8NamesTheField(t *testing.T) {
+	ts := start(t, "")
+	ctx := testkit.Context(t)
+	str := func(num protowire.Number, s string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, num, protowire.BytesType), s)
+	}
+	msg := func(num protowire.Number, b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
+	}
+	call := func(method string, req []byte) error {
+		var out []byte
+		return ts.conn.Invoke(ctx, method, &req, &out, grpc.ForceCodec(rawCodec{}))
+	}
+	sess, err := ts.agent.CreateSession(ctx, &agentdv1.CreateSessionRequest{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// CreateSessionRequest: model 1, system_prompt 3, retry 4 (its
+	// fallback_chains 6, a map: the entry's key 1).
+	retry := msg(6, str(1, "role\xff"))
+	for _, tc := range []struct {
+		method, field string
+		req           []byte
+	}{
+		{"/agentd.v1.AgentService/CreateSession", "model", str(1, "sim/echo\xff")},
+		{"/agentd.v1.AgentService/CreateSession", "retry.fallback_chains.key", append(str(1, "sim/echo"), msg(4, retry)...)},
+		{"/agentd.v1.AgentService/GetSession", "session_id", str(1, sess.GetId()+"\xc3")},
+	} {
+		err := call(tc.method, tc.req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.field+": not valid UTF-8") {
+			t.Errorf("%s with %s not UTF-8 = %v, want INVALID_ARGUMENT naming it", tc.method, tc.field, err)
+		}
+	}
+	// A streaming call: Prompt (session_id 1, text 2).
+	desc := &grpc.StreamDesc{ServerStreams: true}
+	stream, err := ts.conn.NewStream(ctx, desc, "/agentd.v1.AgentService/Prompt", grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := append(str(1, sess.GetId()), str(2, "hello \xed\xa0\x80")...) // a UTF-16 surrogate, UTF-8-encoded
+	if err := stream.SendMsg(&req); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	if err := stream.RecvMsg(&out); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "text: not valid UTF-8") {
+		t.Fatalf("Prompt with text not UTF-8 = %v, want INVALID_ARGUMENT naming text", err)
+	}
+	list, err := ts.agent.ListSessions(ctx, &agentdv1.ListSessionsRequest{})
+	if err != nil || len(list.GetSessions()) != 1 {
+		t.Fatalf("sessions after the refused calls: %v, %v", list, err)
+	}
+	msgs, err := ts.agent.ListMessages(ctx, &agentdv1.ListMessagesRequest{SessionId: sess.GetId()})
+	if err != nil || len(msgs.GetMessages()) != 0 {
+		t.Fatalf("history after the refused prompt: %v, %v", msgs, err)
+	}
+	if n := ts.srv.PendingUTF8(); n != 0 {
+		t.Errorf("%d refused requests are still held", n)
+	}
+	// Well formed, the same prompt runs.
+	ok, err := ts.agent.Prompt(ctx, &agentdv1.PromptRequest{SessionId: sess.GetId(), Text: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs := collect(t, ok); evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
+		t.Fatalf("the prompt after: %v", evs[len(evs)-1])
 	}
 }

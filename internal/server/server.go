@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,7 @@ type Server struct {
 	sessions      *session.Manager
 	creds         credstore.Store
 	store         StoreProbe // nil: the memory store
+	utf8          utf8Guard  // requests whose strings are not UTF-8 (utf8.go)
 	replicaID     string
 	refreshGauges func(ctx context.Context)
 	tickets       *token.Tickets
@@ -196,6 +198,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		s.unaryInterceptors = append(unaryChain{telemetry.UnaryServerInterceptor}, s.unaryInterceptors...)
 		s.streamInterceptors = append(streamChain{telemetry.StreamServerInterceptor}, s.streamInterceptors...)
 	}
+	guard := newUTF8Guard()
+	s.utf8 = guard
 	s.grpcSrv = grpc.NewServer(
 		// No token, no read: the tap refuses before the message is read.
 		grpc.InTapHandle(auth.tap),
@@ -205,10 +209,15 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		// grown already, and a prompt starts sooner (added TTFT over gRPC
 		// 0.970x paired, 3 rounds).
 		grpc.NumStreamWorkers(uint32(2*goruntime.GOMAXPROCS(0))),
-		// Streamed chunks encoded without reflection (codec.go).
-		grpc.ForceServerCodecV2(newEventCodec()),
-		grpc.ChainUnaryInterceptor(s.unaryInterceptors...),
-		grpc.ChainStreamInterceptor(s.streamInterceptors...),
+		// Streamed chunks encoded without reflection (codec.go); a
+		// request's string that is not UTF-8 refused as bad input, naming
+		// its field (utf8.go). The guard runs before the last interceptor,
+		// the token's (the tap has refused a call without one already):
+		// no interceptor before it refuses a call, so each request the
+		// codec noted is looked at, and forgotten.
+		grpc.ForceServerCodecV2(newEventCodec(guard)),
+		grpc.ChainUnaryInterceptor(slices.Insert(slices.Clone(s.unaryInterceptors), len(s.unaryInterceptors)-1, guard.unary)...),
+		grpc.ChainStreamInterceptor(slices.Insert(slices.Clone(s.streamInterceptors), len(s.streamInterceptors)-1, guard.stream)...),
 	)
 	// Its stream workers run from here on, served or not.
 	undo = append(undo, func() error { s.grpcSrv.Stop(); return nil })
