@@ -117,10 +117,11 @@ var ErrClosed = errors.New("sessionstore: closed")
 // Cluster through a redis.UniversalClient). See the package documentation
 // for its keys.
 type Redis struct {
-	c   redis.UniversalClient
-	o   Options
-	log *slog.Logger
-	id  string
+	c       redis.UniversalClient
+	cluster bool // c is a Cluster's client (noRetry)
+	o       Options
+	log     *slog.Logger
+	id      string
 
 	w      *writer
 	fences fences
@@ -187,6 +188,7 @@ func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
 		readerEnd: make(chan struct{}),
 		closed:    make(chan struct{}),
 	}
+	_, r.cluster = client.(*redis.ClusterClient)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 
 	ctx, cancel := context.WithTimeout(r.ctx, o.Timeout)
@@ -1099,6 +1101,32 @@ type scriptCall struct {
 	cmd    *redis.Cmd
 }
 
+// noRetry is a command that go-redis' pipeline does not send again on its
+// own. A Cluster pipeline whose first command on a node fails with an
+// error it retries (TRYAGAIN while a slot migrates, LOADING, a connection
+// lost mid-batch) sends that node's whole batch again, its commands that
+// succeeded and those it has already sent on to another node (ASK) with
+// them: these then run twice, and two of its goroutines read replies into
+// the same command at once (a data race the race detector caught in the
+// reshard test). A batch holding one noRetry command is not sent again;
+// the scripts' callers retry what failed themselves (the event writer
+// does), and MOVED and ASK are still followed, command by command. (One
+// server's or Sentinel's pipeline runs on one connection, sequentially:
+// its scripts keep go-redis' retries.)
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// evalSha is script's EVALSHA of keys and args, not queued.
+func evalSha(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return redis.NewCmd(ctx, append(a, args...)...)
+}
+
 // scriptRunner queues a script's run on the pipeline.
 type scriptRunner func(script *redis.Script, keys []string, args ...any) *scriptCall
 
@@ -1112,7 +1140,12 @@ func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner
 	pipe := r.c.Pipeline()
 	var calls []*scriptCall
 	queue(pipe, func(script *redis.Script, keys []string, args ...any) *scriptCall {
-		c := &scriptCall{script: script, keys: keys, args: args, cmd: script.EvalSha(ctx, pipe, keys, args...)}
+		c := &scriptCall{script: script, keys: keys, args: args, cmd: evalSha(ctx, script, keys, args)}
+		if r.cluster {
+			_ = pipe.Process(ctx, noRetry{c.cmd})
+		} else {
+			_ = pipe.Process(ctx, c.cmd)
+		}
 		calls = append(calls, c)
 		return c
 	})
