@@ -18,25 +18,11 @@ import (
 
 	"github.com/agentd/agentd/internal/config"
 	"github.com/agentd/agentd/internal/redisconn"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger writing while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = testkit.LogBuffer
 
 // logRecords returns the JSON records of a log, failing on a line that is
 // not one.

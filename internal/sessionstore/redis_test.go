@@ -1,7 +1,6 @@
 package sessionstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,22 +51,7 @@ func newStore(t testing.TB, c redis.UniversalClient, o Options) *Redis {
 }
 
 // logBuf collects a store's log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testkit.LogBuffer }
 
 func (l *logBuf) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
