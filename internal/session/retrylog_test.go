@@ -1,12 +1,10 @@
 package session_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentd/agentd/internal/cooldown"
@@ -17,23 +15,10 @@ import (
 	"github.com/agentd/agentd/internal/session"
 )
 
-// syncBuf is a log sink safe for the session's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuf) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuf) records(t *testing.T, msg string) []map[string]any {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// records are logs' JSON records whose msg is msg.
+func records(logs *syncBuffer, msg string) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(w.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var r map[string]any
 		if json.Unmarshal([]byte(line), &r) == nil && r["msg"] == msg {
 			out = append(out, r)
@@ -51,7 +36,7 @@ func TestRetryLogLine(t *testing.T) {
 	if _, err := store.Add(context.Background(), credstore.Credential{ID: "key-one", Provider: "keyed", Secret: "sk-one-0123456789"}); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuf
+	var logs syncBuffer
 	settings := retry.DefaultSettings()
 	settings.FallbackChains = map[string][]string{"default": {"sim/backup"}}
 	m := session.NewManager(session.Options{
@@ -74,9 +59,9 @@ func TestRetryLogLine(t *testing.T) {
 	if last(evs).Outcome != session.OutcomeCompleted {
 		t.Fatalf("prompt: %s", kinds(evs))
 	}
-	recs := logs.records(t, "retry scheduled")
+	recs := records(&logs, "retry scheduled")
 	if len(recs) != 1 {
-		t.Fatalf("%d retry lines: %s", len(recs), logs.b.String())
+		t.Fatalf("%d retry lines: %s", len(recs), logs.String())
 	}
 	r := recs[0]
 	if _, ok := r["delay"]; ok {
