@@ -176,6 +176,28 @@ func TestWritesThroughSlotMove(t *testing.T) {
 		return acked.EndRun(ctx, id, session.PromptSlot{})
 	}))
 
+	// A prompt's start while the keys are split (the record moved first),
+	// a pipelined script go-redis does not send again itself: it runs
+	// once the move is done, its user message in the history once.
+	before, err := conn.Client().LLen(ctx, acked.key(id, "history")).Result()
+	must(t, err)
+	if err := moveSplit("meta", 3, func() error {
+		first := &session.Entry{Time: created, PromptID: "p1b", Message: provider.Message{Role: provider.RoleUser,
+			Content: []provider.Block{{Type: provider.BlockText, Text: "split"}}}}
+		res, err := acked.Start(ctx, id, time.Minute, session.Run{PromptID: "p1b", Replica: acked.ReplicaID()}, first,
+			session.PromptSlot{}, 0)
+		if err == nil && !res.Started {
+			err = fmt.Errorf("not started: %+v", res)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("Start while the slot's keys were split: %v", err)
+	}
+	if n, err := conn.Client().LLen(ctx, acked.key(id, "history")).Result(); err != nil || n != before+1 {
+		t.Fatalf("the history holds %d entries (%v) after the start, want %d", n, err, before+1)
+	}
+	ended("after the start", acked.EndRun(ctx, id, session.PromptSlot{}))
+
 	// The end right after the slot moved again: the client's map still
 	// names the master the slot left (unless its periodic reload came in
 	// between: the move is made again, up to 5 times, until the end met

@@ -1108,9 +1108,9 @@ type scriptCall struct {
 // succeeded and those it has already sent on to another node (ASK) with
 // them: these then run twice, and two of its goroutines read replies into
 // the same command at once (a data race the race detector caught in the
-// reshard test). A batch holding one noRetry command is not sent again;
-// the scripts' callers retry what failed themselves (the event writer
-// does), and MOVED and ASK are still followed, command by command. (One
+// reshard test). A batch holding one noRetry command is not sent again:
+// pipeScripts runs again just the scripts a node refused (runMoved), and
+// MOVED and ASK are still followed, command by command. (One
 // server's or Sentinel's pipeline runs on one connection, sequentially:
 // its scripts keep go-redis' retries.)
 type noRetry struct{ *redis.Cmd }
@@ -1139,6 +1139,7 @@ type scriptRunner func(script *redis.Script, keys []string, args ...any) *script
 func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner, run scriptRunner)) error {
 	pipe := r.c.Pipeline()
 	var calls []*scriptCall
+	queued := map[*redis.Cmd]*scriptCall{} // each script's first command → its call
 	queue(pipe, func(script *redis.Script, keys []string, args ...any) *scriptCall {
 		c := &scriptCall{script: script, keys: keys, args: args, cmd: evalSha(ctx, script, keys, args)}
 		if r.cluster {
@@ -1147,6 +1148,7 @@ func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner
 			_ = pipe.Process(ctx, c.cmd)
 		}
 		calls = append(calls, c)
+		queued[c.cmd] = c
 		return c
 	})
 	cmds, err := pipe.Exec(ctx)
@@ -1164,18 +1166,69 @@ func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner
 		for _, c := range redo {
 			c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return err
-		}
+		_, _ = pipe.Exec(ctx)
 	}
-	// A NOSCRIPT of a command queued without run (another store's, see
-	// StartAlso) is its own to handle.
+	r.runMoved(ctx, calls)
+	// Each command's error, in the pipeline's order, a script's from its
+	// last run. A NOSCRIPT of a command queued without run (another
+	// store's, see StartAlso) is its own to handle.
 	for _, cmd := range cmds {
+		if nr, ok := cmd.(noRetry); ok {
+			cmd = nr.Cmd
+		}
+		if rc, ok := cmd.(*redis.Cmd); ok && queued[rc] != nil {
+			if err := queued[rc].cmd.Err(); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := cmd.Err(); err != nil && !isNoScript(err) {
 			return err
 		}
 	}
 	return nil
+}
+
+// runMoved runs again, on a Cluster, the scripts of calls a node refused
+// because their slot is moving or moved (TRYAGAIN while a reshard splits
+// their keys between two masters, MOVED or ASK past go-redis' redirects,
+// CLUSTERDOWN): those did not run. Only they run again (noRetry keeps
+// go-redis from sending the rest of their pipeline twice), backing off
+// 8 → 128 ms, until they run or ctx ends: a slot's move costs the write a
+// pause, not a failure.
+func (r *Redis) runMoved(ctx context.Context, calls []*scriptCall) {
+	if !r.cluster {
+		return
+	}
+	for backoff := 8 * time.Millisecond; ; backoff = min(2*backoff, 128*time.Millisecond) {
+		var again []*scriptCall
+		for _, c := range calls {
+			// The new master may not have the script yet (NOSCRIPT).
+			if err := c.cmd.Err(); slotElsewhere(err) || isNoScript(err) {
+				again = append(again, c)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		pipe := r.c.Pipeline()
+		for _, c := range again {
+			if isNoScript(c.cmd.Err()) {
+				c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+				continue
+			}
+			c.cmd = evalSha(ctx, c.script, c.keys, c.args)
+			_ = pipe.Process(ctx, noRetry{c.cmd})
+		}
+		_, _ = pipe.Exec(ctx)
+	}
 }
 
 // LoadRun implements session.Shared.
