@@ -275,6 +275,7 @@ func TestRedisComponentOfKeys(t *testing.T) {
 			prefix + "{ses_abc}:meta":                compSessions,
 			prefix + "{ses_abc}:history":             compSessions,
 			prefix + "{ses_abc}:stripped":            compSessions,
+			prefix + "{ses_abc}:appended":            compSessions,
 			prefix + "{ses_abc}:events":              compSessions,
 			prefix + "{ses_abc}:lease":               compSessions,
 			prefix + "{ses_abc}:run":                 compSessions,

@@ -189,7 +189,7 @@ func (r *Redis) ackStart(ctx context.Context, id string, epoch uint64) error {
 // connection: a prompt's end (its run dropped, after its events were
 // flushed and its history and state saved, all on the session's slot) is on
 // that many replicas, or ackErr says it is not. n is the script's reply (1:
-// this replica held the lease and ended the run).
+// this replica held the lease and ended the run, 2: the run had ended).
 func (r *Redis) endRun(ctx context.Context, id string) (n int64, ackErr, err error) {
 	keys := []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run")}
 	replica, epoch := r.leaseArgs(id)
@@ -204,7 +204,7 @@ func (r *Redis) endRun(ctx context.Context, id string) (n int64, ackErr, err err
 	if n, err = end.Int64(); err != nil {
 		return 0, nil, err
 	}
-	if werr != nil && n == 1 {
+	if werr != nil && n >= 1 {
 		r.log.Error("session store: the end of a prompt is not on store.redis.min_replica_acks replicas (a failover now could lose it)",
 			"session", id, "err", werr)
 		return n, wrap("end run of "+id, werr), nil

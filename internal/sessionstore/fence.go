@@ -113,10 +113,17 @@ end
 `
 
 var (
-	// KEYS lease, epoch, meta, history; ARGV fence, ttl, entry JSON →
-	// the history's new length.
+	// KEYS lease, epoch, meta, history, appended; ARGV fence, ttl, entry
+	// JSON, the append's token → the history's new length. The token of
+	// the last append is kept (appended): the same append run again (go-redis
+	// sends a command again when its reply was lost) appends nothing and
+	// answers the length again.
 	appendScript = redis.NewScript(fenceCheck + `
+if redis.call('GET', KEYS[5]) == ARGV[5] then
+  return redis.call('LLEN', KEYS[4])
+end
 local n = redis.call('RPUSH', KEYS[4], ARGV[4])
+redis.call('SET', KEYS[5], ARGV[5])
 ` + orphanGuard + `
 return n
 `)

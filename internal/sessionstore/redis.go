@@ -126,6 +126,11 @@ type Redis struct {
 	w      *writer
 	fences fences
 
+	// The tokens of this store's appends (token): a random prefix of its
+	// own (a replica id may come back in a later process) and a count.
+	tokenPrefix string
+	tokens      atomic.Uint64
+
 	// Pub/sub: one connection for the control channel and every followed
 	// notify channel.
 	ps        *redis.PubSub
@@ -180,7 +185,7 @@ func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Redis{
-		c: client, o: o, log: log, id: o.ReplicaID,
+		c: client, o: o, log: log, id: o.ReplicaID, tokenPrefix: randomHex(6) + ":",
 		control:   o.KeyPrefix + "replica:" + o.ReplicaID + ":control",
 		follows:   map[string]*follower{},
 		confirms:  map[string]map[chan struct{}]struct{}{},
@@ -256,6 +261,11 @@ func newReplicaID() string {
 	return "rep_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))[:10]
 }
 
+// token is a new append's token, unique among every process's.
+func (r *Redis) token() string {
+	return r.tokenPrefix + strconv.FormatUint(r.tokens.Add(1), 36)
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -313,22 +323,35 @@ return {0, redis.call('GET', KEYS[1]) or ''}
 	// changes), {0, holder} when another replica holds the lease, else {1,
 	// record, mutable, history length before the entry, newest event id,
 	// epoch} with the lease taken (its epoch incremented), the run stored
-	// and the entry appended.
+	// and the entry appended. The same start run again (go-redis sends a
+	// command again when its reply was lost) finds the lease this
+	// replica's and the run its own (a run names its prompt): it answers as
+	// the first run did and changes nothing.
 	startScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[3], 'record') == 0 then
   return {-1}
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('GET', KEYS[1]) or ''}
+local ep
+local again = false
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  ep = redis.call('INCR', KEYS[6])
+  redis.call('SET', KEYS[2], ARGV[3])
+else
+  local holder = redis.call('GET', KEYS[1])
+  if holder ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[3] then
+    return {0, holder or ''}
+  end
+  ep = tonumber(redis.call('GET', KEYS[6]))
+  again = true
 end
-local ep = redis.call('INCR', KEYS[6])
-redis.call('SET', KEYS[2], ARGV[3])
 local m = redis.call('HMGET', KEYS[3], 'record', 'mutable')
 local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
 local lastID = ''
 if #last > 0 then lastID = last[1][1] end
 local n = redis.call('LLEN', KEYS[4])
-if ARGV[4] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[4]) end
+if ARGV[4] ~= '' then
+  if again then n = n - 1 else redis.call('RPUSH', KEYS[4], ARGV[4]) end
+end
 return {1, m[1], m[2] or '', n, lastID, ep}
 `)
 	// KEYS[1] history, ARGV[1] index → 1 when the entry at index was the
@@ -358,19 +381,30 @@ end
 return 0
 `)
 	// endRunScript: KEYS[3] run → 1 when the replica held the lease and
-	// both the lease and the run are gone.
+	// both the lease and the run are gone, 2 when neither is there (the
+	// run has ended: this end's reply was lost and it runs again, or a
+	// replica that took the prompt over ended it), 0 when another holds the
+	// lease or a run is left without one.
 	endRunScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] and (ARGV[2] == '' or redis.call('GET', KEYS[2]) == ARGV[2]) then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] and (ARGV[2] == '' or redis.call('GET', KEYS[2]) == ARGV[2]) then
   redis.call('DEL', KEYS[3], KEYS[1])
   return 1
+end
+if not holder and redis.call('EXISTS', KEYS[3]) == 0 then
+  return 2
 end
 return 0
 `)
 	// KEYS[1] the tenant's sessions, ARGV[1] session id, [2] order, [3]
-	// max (0: no bound) → {1, sessions} when the session is added, {0,
-	// sessions} when the tenant has max already (nothing changes).
+	// max (0: no bound) → {1, sessions} when the session is added (or was:
+	// the same Create run again after its reply was lost), {0, sessions}
+	// when the tenant has max already (nothing changes).
 	tenantAddScript = redis.NewScript(`
 local n = redis.call('ZCARD', KEYS[1])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return {1, n}
+end
 local max = tonumber(ARGV[3])
 if max > 0 and n >= max then
   return {0, n}
@@ -661,7 +695,7 @@ func (r *Redis) Remove(ctx context.Context, id, tenant string) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
 	pipe := r.c.Pipeline()
-	pipe.Del(ctx, r.key(id, "meta"), r.key(id, "history"), r.key(id, "stripped"),
+	pipe.Del(ctx, r.key(id, "meta"), r.key(id, "history"), r.key(id, "appended"), r.key(id, "stripped"),
 		r.key(id, "events"), r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run"))
 	pipe.SRem(ctx, r.runningKey(), id)
 	pipe.ZRem(ctx, r.tenantKey(tenant), id)
@@ -675,7 +709,8 @@ func (r *Redis) Remove(ctx context.Context, id, tenant string) error {
 // History.
 
 // Append implements session.History (RPUSH; the index is the new length
-// minus one).
+// minus one). An append run again after its reply was lost appends
+// nothing (appendScript's token).
 func (r *Redis) Append(ctx context.Context, sessionID string, e session.Entry) (int64, error) {
 	e.Index = 0 // the list index is the truth
 	data, err := json.Marshal(e)
@@ -684,7 +719,7 @@ func (r *Redis) Append(ctx context.Context, sessionID string, e session.Entry) (
 	}
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	n, err := appendScript.Run(ctx, r.c, r.fencedKeys(sessionID, "history"), r.fencedArgs(sessionID, data)...).Int64()
+	n, err := appendScript.Run(ctx, r.c, r.fencedKeys(sessionID, "history", "appended"), r.fencedArgs(sessionID, data, r.token())...).Int64()
 	if err != nil {
 		return 0, wrap("append to "+sessionID, r.fenced(sessionID, err))
 	}
@@ -726,7 +761,7 @@ func (r *Redis) List(ctx context.Context, sessionID string, offset, limit int) (
 func (r *Redis) Delete(ctx context.Context, sessionID string) error {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	if err := r.c.Del(ctx, r.key(sessionID, "history"), r.key(sessionID, "stripped")).Err(); err != nil {
+	if err := r.c.Del(ctx, r.key(sessionID, "history"), r.key(sessionID, "appended"), r.key(sessionID, "stripped")).Err(); err != nil {
 		return wrap("delete history of "+sessionID, err)
 	}
 	return nil
@@ -1289,7 +1324,7 @@ func (r *Redis) EndRun(ctx context.Context, id string, slot session.PromptSlot) 
 		err = cmp.Or(left.Err(), freed.Err())
 	}
 	n, nerr := end.cmd.Int64()
-	if nerr == nil && n == 1 {
+	if nerr == nil && n >= 1 {
 		if err != nil {
 			// The set's entry: the janitor's sweep finds the id without a
 			// holder nor a run and ends it again; the slot expires.

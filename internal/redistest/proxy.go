@@ -1,0 +1,210 @@
+package redistest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy is a loopback TCP proxy in front of a Redis server that can lose a
+// reply: the command ran on the server, its client never hears of it (the
+// connection drops, as when a network path or a failing node closes it
+// after the write was applied). go-redis then sends the command again on a
+// new connection (it retries after EOF): what a store runs must be safe to
+// run twice in a row.
+type Proxy struct {
+	t      testing.TB
+	target string
+	ln     net.Listener
+
+	mu    sync.Mutex
+	arm   [][][]byte // a request holding any pattern of one loses its reply, once
+	conns map[net.Conn]struct{}
+	lost  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// NewProxy starts a proxy to target (host:port) on a free loopback port;
+// it stops when the test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	p := &Proxy{t: t, target: target, ln: ln, conns: map[net.Conn]struct{}{}, lost: make(chan struct{}, 64)}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Addr is the proxy's address, for the client.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// LoseReply arms the proxy: the next request that holds any of patterns (a
+// script's SHA1, a command's name as RESP writes it, a key; "" matches
+// nothing) goes to the server, and once the server has answered (it has
+// run the request then) the client's connection is closed instead of the
+// reply being passed on. One request per call loses its reply.
+func (p *Proxy) LoseReply(patterns ...string) {
+	var arm [][]byte
+	for _, pat := range patterns {
+		if pat != "" {
+			arm = append(arm, []byte(pat))
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.arm = append(p.arm, arm)
+}
+
+// WaitLost waits until a reply has been lost, or fails the test when ctx
+// ends first.
+func (p *Proxy) WaitLost(ctx context.Context) {
+	p.t.Helper()
+	select {
+	case <-p.lost:
+	case <-ctx.Done():
+		p.t.Fatalf("proxy: no reply was lost: %v", ctx.Err())
+	}
+}
+
+// Armed is how many LoseReply calls are still waiting for their request.
+func (p *Proxy) Armed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.arm)
+}
+
+// take reports whether req holds an armed pattern, disarming it.
+func (p *Proxy) take(req []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, pats := range p.arm {
+		for _, pat := range pats {
+			if bytes.Contains(req, pat) {
+				p.arm = append(p.arm[:i], p.arm[i+1:]...)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+// track records c as open (false: the proxy is closing, c is closed).
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		_ = c.Close()
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+// serve relays one client connection. A client sends one request (or one
+// pipeline) and waits for its replies before it sends more, so the first
+// read of the server's side after an armed request is that request's
+// reply: Redis has run everything it read by then.
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	if !p.track(client) || !p.track(server) {
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	var mu sync.Mutex
+	drop := false // the next reply is lost
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := server.Read(buf)
+			if n > 0 {
+				mu.Lock()
+				lose := drop
+				mu.Unlock()
+				if lose {
+					_ = client.Close()
+					_ = server.Close()
+					select {
+					case p.lost <- struct{}{}:
+					default:
+					}
+					return
+				}
+				if _, werr := client.Write(buf[:n]); werr != nil {
+					_ = server.Close()
+					return
+				}
+			}
+			if err != nil {
+				_ = client.Close()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			if p.take(buf[:n]) {
+				mu.Lock()
+				drop = true
+				mu.Unlock()
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				_ = client.Close()
+			}
+			break
+		}
+	}
+	_ = server.Close()
+	<-done
+	_ = client.Close()
+	p.mu.Lock()
+	delete(p.conns, client)
+	delete(p.conns, server)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	p.wg.Wait()
+}

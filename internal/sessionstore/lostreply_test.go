@@ -1,0 +1,168 @@
+package sessionstore
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/session"
+	"github.com/agentd/agentd/internal/testkit"
+)
+
+// A write whose reply is lost (the connection drops after Redis ran it) is
+// sent again by go-redis on a new connection: the second run must leave
+// what one run leaves and answer as the first did. Each case loses the
+// reply of one script, through a proxy in front of a real redis-server.
+// With store.redis.min_replica_acks too, where the scripts that
+// acknowledge run on their own connection with WAIT.
+func TestLostReplyRunsOnce(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t)
+	ctx := testkit.Context(t)
+	rc := newClient(t, replica.Addr(), time.Second)
+	must(t, rc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(master.Port())).Err())
+	testkit.Eventually(t, "the replica in sync", func() bool {
+		info, _ := rc.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	})
+	for _, acks := range []int{0, 1} {
+		t.Run(fmt.Sprintf("acks=%d", acks), func(t *testing.T) {
+			lostReplies(t, master.Addr(), Options{KeyPrefix: fmt.Sprintf("a%d:", acks), MinReplicaAcks: acks})
+		})
+	}
+}
+
+// evalMarks are parts of the source of scripts sent as EVAL.
+var evalMarks = map[*redis.Script]string{endRunScript: "redis.call('DEL', KEYS[3], KEYS[1])"}
+
+func lostReplies(t *testing.T, addr string, o Options) {
+	direct := newClient(t, addr, time.Second)
+	proxy := redistest.NewProxy(t, addr)
+	s := newStore(t, newClient(t, proxy.Addr(), time.Second), o)
+	ctx := testkit.Context(t)
+	lose := func(script *redis.Script) {
+		t.Helper()
+		// The script is loaded already: EVALSHA carries its hash. (The
+		// scripts that WAIT for replicas go as EVAL, with their source.)
+		must(t, script.Load(ctx, direct).Err())
+		proxy.LoseReply(script.Hash(), evalMarks[script])
+	}
+	lost := func() {
+		t.Helper()
+		if proxy.Armed() != 0 {
+			t.Fatal("the script's request never went through the proxy")
+		}
+		proxy.WaitLost(ctx)
+	}
+	entry := func(prompt, text string) session.Entry {
+		return session.Entry{Time: created, PromptID: prompt, Message: provider.Message{Role: provider.RoleUser,
+			Content: []provider.Block{{Type: provider.BlockText, Text: text}}}}
+	}
+	history := func(id string) []string {
+		t.Helper()
+		es, _, err := s.List(ctx, id, 0, 100)
+		must(t, err)
+		var texts []string
+		for _, e := range es {
+			texts = append(texts, e.Message.Content[0].Text)
+		}
+		return texts
+	}
+
+	// append
+	{
+		_, err := s.Create(ctx, record("ses_a", "t1"), 0)
+		must(t, err)
+		for i := range 2 {
+			if i == 1 {
+				lose(appendScript)
+			}
+			idx, err := s.Append(ctx, "ses_a", entry("p1", "same"))
+			if err != nil || idx != int64(i) {
+				t.Fatalf("Append %d = %d, %v", i, idx, err)
+			}
+		}
+		lost()
+		// Two appends of equal entries are two entries; the lost reply's
+		// second run is none.
+		if got := history("ses_a"); fmt.Sprint(got) != "[same same]" {
+			t.Fatalf("history = %q, want two entries", got)
+		}
+		if idx, err := s.Append(ctx, "ses_a", entry("p1", "next")); err != nil || idx != 2 {
+			t.Fatalf("Append after = %d, %v", idx, err)
+		}
+	}
+
+	// start
+	{
+		_, err := s.Create(ctx, record("ses_s", "t1"), 0)
+		must(t, err)
+		_, err = s.Append(ctx, "ses_s", entry("p0", "before"))
+		must(t, err)
+		lose(startScript)
+		first := entry("p1", "the prompt")
+		res, err := s.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p1", Replica: s.ReplicaID()}, &first,
+			session.PromptSlot{Tenant: "t1", PromptID: "p1"}, 1)
+		lost()
+		if err != nil || !res.Started || res.Holder != s.ReplicaID() || res.Record.MessageCount != 1 || res.Epoch == 0 {
+			t.Fatalf("Start = %+v, %v; want it started with 1 entry before its own", res, err)
+		}
+		if got := history("ses_s"); fmt.Sprint(got) != "[before the prompt]" {
+			t.Fatalf("history = %q", got)
+		}
+		// The lease is this replica's, with the epoch Start reported: its
+		// fenced writes go through.
+		if _, err := s.Append(ctx, "ses_s", entry("p1", "answer")); err != nil {
+			t.Fatalf("Append under the lease = %v", err)
+		}
+		if ep, err := direct.Get(ctx, s.key("ses_s", "epoch")).Uint64(); err != nil || ep != res.Epoch {
+			t.Fatalf("epoch = %d, %v; Start said %d", ep, err, res.Epoch)
+		}
+		// The end's reply lost too: the second run finds the run ended and
+		// puts nothing back (no running entry, no prompt slot taken).
+		lose(endRunScript)
+		must(t, s.EndRun(ctx, "ses_s", session.PromptSlot{Tenant: "t1", PromptID: "p1"}))
+		lost()
+		if h, _ := s.Holder(ctx, "ses_s"); h != "" {
+			t.Fatalf("lease held by %q after EndRun", h)
+		}
+		if ids, err := s.Running(ctx); err != nil || len(ids) != 0 {
+			t.Fatalf("Running = %v, %v after EndRun", ids, err)
+		}
+		if n, err := direct.ZCard(ctx, s.promptsKey("t1")).Result(); err != nil || n != 0 {
+			t.Fatalf("the tenant's prompt slots = %d, %v after EndRun", n, err)
+		}
+		// The tenant's one prompt slot is free: the next prompt starts.
+		next := entry("p2", "again")
+		if res, err := s.Start(ctx, "ses_s", time.Minute, session.Run{PromptID: "p2", Replica: s.ReplicaID()}, &next,
+			session.PromptSlot{Tenant: "t1", PromptID: "p2"}, 1); err != nil || !res.Started {
+			t.Fatalf("the next Start = %+v, %v", res, err)
+		}
+	}
+
+	// create
+	{
+		lose(tenantAddScript)
+		res, err := s.Create(ctx, record("ses_c1", "t2"), 1)
+		lost()
+		if err != nil || !res.Created || res.Sessions != 1 {
+			t.Fatalf("Create = %+v, %v; want it created, the tenant's first", res, err)
+		}
+		if _, ok, err := s.Load(ctx, "ses_c1"); !ok || err != nil {
+			t.Fatalf("Load = %v, %v", ok, err)
+		}
+		// The tenant is at its limit of 1 with that session alone.
+		if res, err := s.Create(ctx, record("ses_c2", "t2"), 1); err != nil || res.Created || res.Sessions != 1 {
+			t.Fatalf("second Create at the limit = %+v, %v", res, err)
+		}
+		if n, err := direct.ZCard(ctx, s.tenantKey("t2")).Result(); err != nil || n != 1 {
+			t.Fatalf("tenant index holds %d, %v", n, err)
+		}
+	}
+}
