@@ -17,13 +17,14 @@ import (
 // unreachable it falls back to a local registry (and merges nothing back:
 // cooldowns are short-lived).
 type Redis struct {
-	c           redis.Scripter
-	key         string
-	circuit     string // <prefix>{cooldowns}:circuit
-	probePrefix string // <prefix>{cooldowns}:probe:
-	probeTTL    time.Duration
-	now         func() time.Time
-	local       *Memory
+	c             redis.Scripter
+	key           string
+	circuit       string // <prefix>{cooldowns}:circuit
+	probePrefix   string // <prefix>{cooldowns}:probe:
+	settledPrefix string // <prefix>{cooldowns}:settled: (settleScript)
+	probeTTL      time.Duration
+	now           func() time.Time
+	local         *Memory
 }
 
 // suppressScript raises a model's cooldown end.
@@ -78,7 +79,7 @@ func NewRedis(client redis.Scripter, keyPrefix string, now func() time.Time) *Re
 		now = time.Now
 	}
 	return &Redis{c: client, key: keyPrefix + "{cooldowns}:models", circuit: keyPrefix + "{cooldowns}:circuit",
-		probePrefix: keyPrefix + "{cooldowns}:probe:", probeTTL: DefaultProbeTTL, now: now, local: NewMemory(now)}
+		probePrefix: keyPrefix + "{cooldowns}:probe:", settledPrefix: keyPrefix + "{cooldowns}:settled:", probeTTL: DefaultProbeTTL, now: now, local: NewMemory(now)}
 }
 
 // SetProbeTTL sets how long a probe claim lasts (DefaultProbeTTL); tests
@@ -147,7 +148,8 @@ func (r *Redis) remaining(ctx context.Context, model string) (map[string]time.Ti
 //	ARGV[3]  token for a new claim
 //
 // It returns 0 (cooling, or another caller probes), 1 (allowed) or 2 (this
-// caller's probe).
+// caller's probe: a claim made, or made by this very call, run again after
+// its reply was lost).
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -155,12 +157,14 @@ local e = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if e and tonumber(e) > now then return 0 end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then return 1 end
 if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[2]) then return 2 end
+if redis.call('GET', KEYS[3]) == ARGV[3] then return 2 end
 return 0
 `)
 
 // settleScript ends a probe.
 //
 //	KEYS[1..3]  as admitScript
+//	KEYS[4]     <prefix>{cooldowns}:settled:<model> the last token settled (60 s)
 //	ARGV[1]     model
 //	ARGV[2]     token
 //	ARGV[3]     outcome: success, failure or released
@@ -170,7 +174,13 @@ return 0
 // A success closes the circuit (if the token still holds the probe); a
 // failure doubles the cooldown per failed probe (capped) and raises the
 // model's cooldown end to it; the claim is dropped if the token holds it.
+// A token settled already (this very call, run again after its reply was
+// lost) settles nothing: a failure counts once.
 var settleScript = redis.NewScript(`
+if ARGV[2] ~= '' then
+  if redis.call('GET', KEYS[4]) == ARGV[2] then return 0 end
+  redis.call('SET', KEYS[4], ARGV[2], 'PX', 60000)
+end
 local held = redis.call('GET', KEYS[3]) == ARGV[2]
 if held then redis.call('DEL', KEYS[3]) end
 if ARGV[3] == 'success' then
@@ -215,7 +225,8 @@ func (r *Redis) Admit(ctx context.Context, model string) (Admission, error) {
 // Settle is Memory.Settle across every replica.
 func (r *Redis) Settle(ctx context.Context, model, token, outcome string, cooldown time.Duration) error {
 	_ = r.local.Settle(ctx, model, token, outcome, cooldown)
-	if err := settleScript.Run(ctx, r.c, r.probeKeys(model), model, token, outcome, cooldown.Milliseconds(), MaxProbeCooldown.Milliseconds()).Err(); err != nil {
+	keys := append(r.probeKeys(model), r.settledPrefix+model)
+	if err := settleScript.Run(ctx, r.c, keys, model, token, outcome, cooldown.Milliseconds(), MaxProbeCooldown.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("cooldown: settle the probe of %s: %w", model, err)
 	}
 	return nil

@@ -229,6 +229,12 @@ func (r *Redis) poolKeys(providerName, tenant string) []string {
 	return r.keys(providerName, tenant)
 }
 
+// onceKeys are poolKeys and then a new key of the call's own, in the
+// provider's slot, for the scripts made with once.
+func (r *Redis) onceKeys(providerName, tenant string) []string {
+	return append(r.poolKeys(providerName, tenant), r.opts.KeyPrefix+"{prov:"+providerName+"}:once:"+randomHex(8))
+}
+
 // credsKey is owner's creds hash of providerName.
 func (r *Redis) credsKey(providerName, owner string) string {
 	if owner == "" {
@@ -382,7 +388,7 @@ func (r *Redis) addRedis(ctx context.Context, c Credential) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	res, err := r.run(ctx, addScript, r.poolKeys(c.Provider, c.Owner), c.Owner, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8), c.Account)
+	res, err := r.run(ctx, addScript, r.onceKeys(c.Provider, c.Owner), c.Owner, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8), c.Account)
 	if err != nil {
 		return Info{}, outageError{err}
 	}
@@ -427,7 +433,7 @@ func (r *Redis) Delete(ctx context.Context, owner, id string) error {
 	}
 	forbidden := false
 	for _, p := range ps {
-		res, err := r.run(ctx, deleteScript, r.poolKeys(p, owner), owner, id)
+		res, err := r.run(ctx, deleteScript, r.onceKeys(p, owner), owner, id)
 		if err != nil {
 			if cerr := r.fail(ctx, err); cerr != nil {
 				return cerr
@@ -738,7 +744,7 @@ func (r *Redis) usageLimitedLocal(ctx context.Context, tenant, providerName, cre
 }
 
 func (r *Redis) usageLimitedRedis(ctx context.Context, tenant, providerName, credID string, window time.Duration, fromProvider bool, reason string) (Switch, error) {
-	res, err := r.run(ctx, usageLimitedScript, r.poolKeys(providerName, tenant), tenant, credID, window.Milliseconds(), b2i(!fromProvider),
+	res, err := r.run(ctx, usageLimitedScript, r.onceKeys(providerName, tenant), tenant, credID, window.Milliseconds(), b2i(!fromProvider),
 		reason, r.opts.RedeemMinBlocked.Milliseconds(), randomHex(8))
 	if err != nil {
 		return Switch{}, outageError{err}

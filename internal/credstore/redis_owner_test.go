@@ -55,11 +55,7 @@ func TestRedisOwnedKeysAndRoundTrips(t *testing.T) {
 	addOwn(t, s, "", "p", "s1")
 	addOwn(t, s, "A", "p", "a1", "a2")
 
-	keys, err := c.Keys(ctx, "own:*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(keys)
+	keys := layout(t, c, "own:*")
 	want := []string{"own:providers", "own:{prov:p}:creds", "own:{prov:p}:meta", "own:{prov:p}:order",
 		"own:{prov:p}:own:A:creds", "own:{prov:p}:own:A:order", "own:{prov:p}:owners"}
 	if !slices.Equal(keys, want) {

@@ -1,6 +1,10 @@
 package credstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The Lua scripts of the Redis store. Each state change that must be
 // atomic is one script. Every script works on one provider's keys, all
@@ -204,7 +208,7 @@ return {0, earliest - now}
 // then switch to an available sibling of the pool, else redeem a banked
 // reset, else report the earliest sibling unblock.
 //
-//	KEYS: the provider's five, then the tenant's three (none for the server's pool)
+//	KEYS: the provider's five, then the tenant's three (none for the server's pool), then the call's once key
 //	ARGV[1] clock offset ms, [2] tenant, [3] credential id, [4] window ms (> 0),
 //	    [5] estimated 0|1, [6] reason, [7] minimum block left to redeem (ms),
 //	    [8] epoch to set if there is none
@@ -213,7 +217,7 @@ return {0, earliest - now}
 //	        {2, redeemed id, sealed secret, ms the credential stays blocked, banked resets left, redeemed own 0|1, credential own 0|1,
 //	            redeemed account};
 //	        {0, ms the credential stays blocked, has sibling 0|1, ms until the earliest sibling frees up, credential own 0|1}.
-var usageLimitedScript = redis.NewScript(luaPrelude + `
+var usageLimitedScript = redis.NewScript(once(`
 local id = ARGV[3]
 local h = home(id)
 if not h then return {-1} end
@@ -272,7 +276,7 @@ end
 local freeIn = 0
 if earliest then freeIn = earliest - now end
 return {0, left, has, freeIn, hown}
-`)
+`))
 
 // blockScript records a block made while Redis was unreachable (the
 // reconciler replays them), in a tenant's pool.
@@ -295,14 +299,14 @@ return {1}
 // addScript adds a credential of an owner, or updates a configuration one
 // (see Store.Add).
 //
-//	KEYS: the provider's five, then the owner's three (none for a server credential)
+//	KEYS: the provider's five, then the owner's three (none for a server credential), then the call's once key
 //	ARGV[1] clock offset ms, [2] owner ('' for the server), [3] id, [4] sealed secret,
 //	    [5] source, [6] banked resets, [7] auto-redeem 0|1, [8] epoch to set if there is none,
 //	    [9] account ('' for none)
 //	returns {'exists', epoch} when the id is taken (by the owner, or by a
 //	        server credential for a tenant owner);
 //	        {'added'|'updated', epoch, banked resets, ms blocked (0: not), reason, estimated 0|1}.
-var addScript = redis.NewScript(luaPrelude + `
+var addScript = redis.NewScript(once(`
 local p = server
 if own then p = own end
 local id, src, banked = ARGV[3], ARGV[5], tonumber(ARGV[6])
@@ -332,15 +336,15 @@ redis.call('HINCRBY', meta, 'ver', 1)
 local b = active(p, false)[id]
 if b then return {status, epoch, rec.b, b.u - now, b.r, b.e} end
 return {status, epoch, rec.b, 0, '', 0}
-`)
+`))
 
 // deleteScript deletes an owner's API credential.
 //
-//	KEYS: the provider's five, then the owner's three (none for a server credential)
+//	KEYS: the provider's five, then the owner's three (none for a server credential), then the call's once key
 //	ARGV[1] clock offset ms, [2] owner ('' for the server), [3] id
 //	returns {1} when deleted, {-1} when unknown, {-2} for a configuration
 //	        credential, {-3} when a tenant owner has no such id but the server does.
-var deleteScript = redis.NewScript(luaPrelude + `
+var deleteScript = redis.NewScript(once(`
 local p = server
 if own then p = own end
 local id = ARGV[3]
@@ -359,7 +363,7 @@ if own and redis.call('ZCARD', own.order) == 0 then
 end
 redis.call('HINCRBY', meta, 'ver', 1)
 return {1}
-`)
+`))
 
 // readScript lists a provider's credentials: the server's, then those of
 // the tenants given, each in rotation order; it writes nothing.
@@ -457,3 +461,31 @@ end
 for i = 0, m do expire(pools[i], bls[i]) end
 return {epoch, added}
 `)
+
+// onceTTL is how long a script's reply is kept for the same call run
+// again (ms): go-redis sends a command again at once, within the store's
+// timeout.
+const onceTTL = 60000
+
+// once makes a script that changes state safe to run twice: go-redis sends
+// a command again on a new connection when the connection dropped before
+// the reply came, and the first run may have happened (a redeem would
+// spend two banked resets, an add would answer "exists", a delete "not
+// found"). The call's last key is a key of its own (Redis.onceKey, in the
+// provider's slot): the first run keeps its reply there for onceTTL, and a
+// run that finds it answers that reply and changes nothing. body is the
+// script after the prelude; its replies are flat arrays of strings and
+// integers, as cjson keeps them.
+func once(body string) string {
+	return luaPrelude + `
+local onceKey = KEYS[#KEYS]
+local done = redis.call('GET', onceKey)
+if done then return cjson.decode(done) end
+local function body()
+` + body + `
+end
+local reply = body()
+redis.call('SET', onceKey, cjson.encode(reply), 'PX', ` + strconv.Itoa(onceTTL) + `)
+return reply
+`
+}

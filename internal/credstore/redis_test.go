@@ -62,11 +62,7 @@ func TestRedisKeysAndTTL(t *testing.T) {
 		t.Fatalf("UsageLimited(a) = %+v; want a switch to b", sw)
 	}
 
-	keys, err := c.Keys(ctx, "ttl:*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(keys)
+	keys := layout(t, c, "ttl:*")
 	want := []string{"ttl:providers", "ttl:{prov:p}:blocks", "ttl:{prov:p}:creds", "ttl:{prov:p}:meta", "ttl:{prov:p}:order"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys = %q, want %q", keys, want)

@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Proxy is a loopback TCP proxy in front of a Redis server that can lose a
@@ -63,10 +65,33 @@ func (p *Proxy) LoseReply(patterns ...string) {
 	p.arm = append(p.arm, arm)
 }
 
+// LoseScriptReply loads script into the server (so that its client sends
+// EVALSHA with its hash) and arms the proxy for it: LoseReply of its hash
+// and of evalMarks (parts of its source, for a script its client sends as
+// EVAL).
+func (p *Proxy) LoseScriptReply(ctx context.Context, script *redis.Script, evalMarks ...string) {
+	p.t.Helper()
+	c := Client(p.t, p.target)
+	if err := script.Load(ctx, c).Err(); err != nil {
+		p.t.Fatalf("proxy: loading a script: %v", err)
+	}
+	_ = c.Close()
+	p.LoseReply(append(evalMarks, script.Hash())...)
+}
+
 // WaitLost waits until a reply has been lost, or fails the test when ctx
-// ends first.
+// ends first or, called after the request's call returned, when the
+// request never came through the proxy.
 func (p *Proxy) WaitLost(ctx context.Context) {
 	p.t.Helper()
+	select {
+	case <-p.lost:
+		return
+	default:
+	}
+	if p.Armed() != 0 {
+		p.t.Fatal("proxy: the armed request never came through")
+	}
 	select {
 	case <-p.lost:
 	case <-ctx.Done():

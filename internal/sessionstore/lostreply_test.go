@@ -46,20 +46,8 @@ func lostReplies(t *testing.T, addr string, o Options) {
 	proxy := redistest.NewProxy(t, addr)
 	s := newStore(t, newClient(t, proxy.Addr(), time.Second), o)
 	ctx := testkit.Context(t)
-	lose := func(script *redis.Script) {
-		t.Helper()
-		// The script is loaded already: EVALSHA carries its hash. (The
-		// scripts that WAIT for replicas go as EVAL, with their source.)
-		must(t, script.Load(ctx, direct).Err())
-		proxy.LoseReply(script.Hash(), evalMarks[script])
-	}
-	lost := func() {
-		t.Helper()
-		if proxy.Armed() != 0 {
-			t.Fatal("the script's request never went through the proxy")
-		}
-		proxy.WaitLost(ctx)
-	}
+	lose := func(script *redis.Script) { proxy.LoseScriptReply(ctx, script, evalMarks[script]) }
+	lost := func() { proxy.WaitLost(ctx) }
 	entry := func(prompt, text string) session.Entry {
 		return session.Entry{Time: created, PromptID: prompt, Message: provider.Message{Role: provider.RoleUser,
 			Content: []provider.Block{{Type: provider.BlockText, Text: text}}}}
