@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -24,9 +26,10 @@ type Proxy struct {
 	ln     net.Listener
 
 	mu    sync.Mutex
-	arm   [][][]byte // a request holding any pattern of one loses its reply, once
+	arm   []armed // the requests that lose their replies
 	conns map[net.Conn]struct{}
 	lost  chan struct{}
+	nlost atomic.Int64
 	wg    sync.WaitGroup
 }
 
@@ -54,15 +57,27 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // run the request then) the client's connection is closed instead of the
 // reply being passed on. One request per call loses its reply.
 func (p *Proxy) LoseReply(patterns ...string) {
-	var arm [][]byte
+	p.LoseReplyAfter(0, patterns...)
+}
+
+// LoseReplyAfter is LoseReply of the request after skip more requests
+// that hold a pattern have gone through (with their replies).
+func (p *Proxy) LoseReplyAfter(skip int, patterns ...string) {
+	a := armed{skip: skip}
 	for _, pat := range patterns {
 		if pat != "" {
-			arm = append(arm, []byte(pat))
+			a.patterns = append(a.patterns, []byte(pat))
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.arm = append(p.arm, arm)
+	p.arm = append(p.arm, a)
+}
+
+// armed is one request to lose the reply of.
+type armed struct {
+	patterns [][]byte
+	skip     int // matching requests to let through first
 }
 
 // LoseScriptReply loads script into the server (so that its client sends
@@ -106,17 +121,34 @@ func (p *Proxy) Armed() int {
 	return len(p.arm)
 }
 
+// Disarm drops the LoseReply calls still waiting and says how many there
+// were.
+func (p *Proxy) Disarm() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.arm)
+	p.arm = nil
+	return n
+}
+
+// Lost is how many replies the proxy has lost.
+func (p *Proxy) Lost() int { return int(p.nlost.Load()) }
+
 // take reports whether req holds an armed pattern, disarming it.
 func (p *Proxy) take(req []byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for i, pats := range p.arm {
-		for _, pat := range pats {
-			if bytes.Contains(req, pat) {
-				p.arm = append(p.arm[:i], p.arm[i+1:]...)
-				return true
-			}
+	for i := range p.arm {
+		a := &p.arm[i]
+		if !slices.ContainsFunc(a.patterns, func(pat []byte) bool { return bytes.Contains(req, pat) }) {
+			continue
 		}
+		if a.skip > 0 {
+			a.skip--
+			return false
+		}
+		p.arm = slices.Delete(p.arm, i, i+1)
+		return true
 	}
 	return false
 }
@@ -176,6 +208,7 @@ func (p *Proxy) serve(client net.Conn) {
 				if lose {
 					_ = client.Close()
 					_ = server.Close()
+					p.nlost.Add(1)
 					select {
 					case p.lost <- struct{}{}:
 					default:

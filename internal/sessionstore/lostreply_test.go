@@ -1,9 +1,12 @@
 package sessionstore
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,6 +154,38 @@ func lostReplies(t *testing.T, addr string, o Options) {
 		}
 		if n, err := direct.ZCard(ctx, s.tenantKey("t2")).Result(); err != nil || n != 1 {
 			t.Fatalf("tenant index holds %d, %v", n, err)
+		}
+	}
+
+	// A control call to another replica (PUBLISH): a message published
+	// twice is handled once, and the caller gets the first handling's
+	// reply, not the second's.
+	{
+		owner := newStore(t, direct, Options{KeyPrefix: o.KeyPrefix})
+		var handled sync.Map
+		var calls atomic.Int32
+		owner.Serve(func(_ context.Context, c session.Control) session.Reply {
+			calls.Add(1)
+			if _, again := handled.LoadOrStore(c.SessionID, true); again {
+				return session.Reply{Err: session.ReplyInvalid, Field: "results", Msg: "no tool call is waiting"}
+			}
+			return session.Reply{}
+		})
+		proxy.LoseReply("submit_tool_results")
+		rep, err := s.Call(ctx, owner.ReplicaID(), session.Control{Op: session.OpSubmitToolResults, SessionID: "ses_call",
+			Results: []session.ToolResult{{CallID: "c1", Content: "out"}}})
+		lost()
+		if err != nil || rep.Err != "" {
+			t.Fatalf("Call = %+v, %v; want the first handling's success", rep, err)
+		}
+		// The next call is handled as usual.
+		rep, err = s.Call(ctx, owner.ReplicaID(), session.Control{Op: session.OpSubmitToolResults, SessionID: "ses_call"})
+		if err != nil || rep.Err != session.ReplyInvalid {
+			t.Fatalf("a second Call = %+v, %v; want the handler's refusal", rep, err)
+		}
+		must(t, owner.Close()) // its handlers have returned
+		if n := calls.Load(); n != 2 {
+			t.Fatalf("the handler ran %d times for 2 calls", n)
 		}
 	}
 }

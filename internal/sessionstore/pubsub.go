@@ -250,11 +250,35 @@ func (r *Redis) onControl(payload string) {
 			wait <- *env.Reply // cap 1, one reply per id
 		}
 	case env.Control != nil && env.From != "":
+		if !r.firstTime(env.From + "/" + env.ID) {
+			return
+		}
 		r.handlers.Add(1)
 		go r.handle(env)
 	default:
 		r.log.Warn("session store: control message without control or sender", "id", env.ID)
 	}
+}
+
+// firstTime reports whether the control message key (its sender and id)
+// has not come within handledFor: a PUBLISH sent again after its reply was
+// lost delivers the same message twice, and its second handling could
+// answer the caller first (a tool result submitted twice is refused the
+// second time). It runs on the listener's goroutine only.
+func (r *Redis) firstTime(key string) bool {
+	now := time.Now()
+	if _, seen := r.handled[key]; seen {
+		return false
+	}
+	if len(r.handled) >= 64 {
+		for k, at := range r.handled {
+			if now.Sub(at) > handledFor {
+				delete(r.handled, k)
+			}
+		}
+	}
+	r.handled[key] = now
+	return true
 }
 
 // handle runs the handler on one control message and publishes its reply

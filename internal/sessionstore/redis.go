@@ -106,6 +106,10 @@ const (
 	maxBatch = 4096
 	// handlerTimeout bounds the handling of one control message.
 	handlerTimeout = 30 * time.Second
+	// handledFor is how long a control message's id is remembered: the
+	// same message published again (go-redis resends a PUBLISH whose reply
+	// was lost) within it is not handled twice.
+	handledFor = time.Minute
 	// deletedPayload on a notify channel: the session was removed.
 	deletedPayload = "deleted"
 )
@@ -140,6 +144,7 @@ type Redis struct {
 	follows   map[string]*follower                  // notify channel → follower
 	confirms  map[string]map[chan struct{}]struct{} // channel → Follow calls waiting for the subscription
 	calls     map[string]chan session.Reply         // request id → Call waiting for the reply
+	handled   map[string]time.Time                  // sender/request id → when its control came (onControl)
 	handler   atomic.Pointer[handlerFunc]
 	handlers  sync.WaitGroup
 	readerEnd chan struct{}
@@ -190,6 +195,7 @@ func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
 		follows:   map[string]*follower{},
 		confirms:  map[string]map[chan struct{}]struct{}{},
 		calls:     map[string]chan session.Reply{},
+		handled:   map[string]time.Time{},
 		readerEnd: make(chan struct{}),
 		closed:    make(chan struct{}),
 	}
