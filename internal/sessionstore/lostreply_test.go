@@ -3,6 +3,7 @@ package sessionstore
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,5 +188,75 @@ func lostReplies(t *testing.T, addr string, o Options) {
 		if n := calls.Load(); n != 2 {
 			t.Fatalf("the handler ran %d times for 2 calls", n)
 		}
+	}
+}
+
+// On a Redis Cluster, agentd's scripted pipelines are not sent again by
+// go-redis (noRetry): a script whose reply was lost runs again by
+// agentd's own hand, within the call's time, and answers as one run would.
+func TestLostReplyOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := testkit.Context(t)
+	proxies := map[string]*redistest.Proxy{}
+	for _, addr := range cl.Addrs() {
+		proxies[addr] = redistest.NewProxy(t, addr)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: cl.Addrs(), ContextTimeoutEnabled: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if p := proxies[addr]; p != nil {
+				addr = p.Addr()
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, Options{})
+	lose := func(script *redis.Script) {
+		t.Helper()
+		for _, p := range proxies {
+			p.LoseScriptReply(ctx, script)
+		}
+	}
+	total := 0
+	lost := func() {
+		t.Helper()
+		n := -total
+		for _, p := range proxies {
+			n += p.Lost()
+			p.Disarm()
+		}
+		if total += n; n != 1 {
+			t.Fatalf("%d replies lost, want 1", n)
+		}
+	}
+
+	lose(tenantAddScript)
+	if res, err := s.Create(ctx, record("ses_cl", "t1"), 1); err != nil || !res.Created {
+		t.Fatalf("Create = %+v, %v; want it created", res, err)
+	}
+	lost()
+	lose(startScript)
+	first := session.Entry{Time: created, PromptID: "p1", Message: provider.Message{Role: provider.RoleUser,
+		Content: []provider.Block{{Type: provider.BlockText, Text: "the prompt"}}}}
+	res, err := s.Start(ctx, "ses_cl", time.Minute, session.Run{PromptID: "p1", Replica: s.ReplicaID()}, &first,
+		session.PromptSlot{Tenant: "t1", PromptID: "p1"}, 1)
+	lost()
+	if err != nil || !res.Started || res.Record.MessageCount != 0 {
+		t.Fatalf("Start = %+v, %v; want it started", res, err)
+	}
+	if _, total, err := s.List(ctx, "ses_cl", 0, 10); err != nil || total != 1 {
+		t.Fatalf("history holds %d entries (%v), want the prompt's one", total, err)
+	}
+	lose(endRunScript)
+	must(t, s.EndRun(ctx, "ses_cl", session.PromptSlot{Tenant: "t1", PromptID: "p1"}))
+	lost()
+	if h, _ := s.Holder(ctx, "ses_cl"); h != "" {
+		t.Fatalf("lease held by %q after EndRun", h)
+	}
+	if ids, err := s.Running(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("Running = %v, %v after EndRun", ids, err)
 	}
 }

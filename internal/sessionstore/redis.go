@@ -45,12 +45,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -1209,7 +1211,17 @@ func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	r.runMoved(ctx, calls)
+	var lost []redis.Cmder
+	if r.cluster {
+		for _, cmd := range cmds {
+			if rc, ok := cmd.(noRetry); !ok || queued[rc.Cmd] == nil {
+				if lostConn(cmd.Err()) {
+					lost = append(lost, cmd)
+				}
+			}
+		}
+	}
+	r.runMoved(ctx, calls, lost)
 	// Each command's error, in the pipeline's order, a script's from its
 	// last run. A NOSCRIPT of a command queued without run (another
 	// store's, see StartAlso) is its own to handle.
@@ -1236,8 +1248,12 @@ func (r *Redis) pipeScripts(ctx context.Context, queue func(pipe redis.Pipeliner
 // CLUSTERDOWN): those did not run. Only they run again (noRetry keeps
 // go-redis from sending the rest of their pipeline twice), backing off
 // 8 → 128 ms, until they run or ctx ends: a slot's move costs the write a
-// pause, not a failure.
-func (r *Redis) runMoved(ctx context.Context, calls []*scriptCall) {
+// pause, not a failure. So do the scripts and the other commands (lost)
+// whose connection was lost before their reply came: they may have run,
+// and agentd's scripts are safe to run twice (an append's token, a start
+// that finds its own run, …), as are the commands it pipelines with them
+// (SADD, SREM, ZREM, ZSCORE, PUBLISH).
+func (r *Redis) runMoved(ctx context.Context, calls []*scriptCall, lost []redis.Cmder) {
 	if !r.cluster {
 		return
 	}
@@ -1245,11 +1261,12 @@ func (r *Redis) runMoved(ctx context.Context, calls []*scriptCall) {
 		var again []*scriptCall
 		for _, c := range calls {
 			// The new master may not have the script yet (NOSCRIPT).
-			if err := c.cmd.Err(); slotElsewhere(err) || isNoScript(err) {
+			if err := c.cmd.Err(); slotElsewhere(err) || isNoScript(err) || lostConn(err) {
 				again = append(again, c)
 			}
 		}
-		if len(again) == 0 {
+		lost = slices.DeleteFunc(lost, func(cmd redis.Cmder) bool { return !lostConn(cmd.Err()) })
+		if len(again) == 0 && len(lost) == 0 {
 			return
 		}
 		t := time.NewTimer(backoff)
@@ -1268,8 +1285,23 @@ func (r *Redis) runMoved(ctx context.Context, calls []*scriptCall) {
 			c.cmd = evalSha(ctx, c.script, c.keys, c.args)
 			_ = pipe.Process(ctx, noRetry{c.cmd})
 		}
+		for _, cmd := range lost {
+			_ = pipe.Process(ctx, noRetryCmder{cmd})
+		}
 		_, _ = pipe.Exec(ctx)
 	}
+}
+
+// noRetryCmder is noRetry for a command of any type.
+type noRetryCmder struct{ redis.Cmder }
+
+func (noRetryCmder) NoRetry() bool { return true }
+
+// lostConn reports the error of a command whose connection was lost
+// before its reply came (it may have run).
+func lostConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // LoadRun implements session.Shared.
