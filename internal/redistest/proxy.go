@@ -26,7 +26,8 @@ type Proxy struct {
 	ln     net.Listener
 
 	mu    sync.Mutex
-	arm   []armed // the requests that lose their replies
+	arm   []armed  // the requests that lose their replies
+	cut   [][]byte // CutOnPush patterns
 	conns map[net.Conn]struct{}
 	lost  chan struct{}
 	nlost atomic.Int64
@@ -72,6 +73,31 @@ func (p *Proxy) LoseReplyAfter(skip int, patterns ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.arm = append(p.arm, a)
+}
+
+// CutOnPush arms the proxy for a message the server sends unasked (a
+// pub/sub message): the next data from the server that holds pattern is
+// not passed on and its connection is closed, as a network path that
+// breaks while Redis delivers it (the subscriber reconnects and
+// subscribes again, and never hears that message).
+func (p *Proxy) CutOnPush(pattern string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = append(p.cut, []byte(pattern))
+}
+
+// takeCut reports whether data from the server holds an armed CutOnPush
+// pattern, disarming it.
+func (p *Proxy) takeCut(data []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, pat := range p.cut {
+		if bytes.Contains(data, pat) {
+			p.cut = slices.Delete(p.cut, i, i+1)
+			return true
+		}
+	}
+	return false
 }
 
 // armed is one request to lose the reply of.
@@ -205,7 +231,7 @@ func (p *Proxy) serve(client net.Conn) {
 				mu.Lock()
 				lose := drop
 				mu.Unlock()
-				if lose {
+				if lose || p.takeCut(buf[:n]) {
 					_ = client.Close()
 					_ = server.Close()
 					p.nlost.Add(1)

@@ -260,3 +260,45 @@ func TestLostReplyOnACluster(t *testing.T) {
 		t.Fatalf("Running = %v, %v after EndRun", ids, err)
 	}
 }
+
+// A control call's reply lost on its way to the caller (the caller's
+// pub/sub connection breaks as Redis delivers it, and go-redis subscribes
+// again): the caller asks again, the owner answers again from what it
+// answered, without running the handler a second time, and the call
+// returns in about the store's timeout, not the handler's 30 s bound.
+func TestControlReplyLostOnTheWay(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	caller := newStore(t, newClient(t, proxy.Addr(), time.Second), Options{Timeout: 300 * time.Millisecond})
+	owner := newStore(t, newClient(t, srv.Addr(), time.Second), Options{})
+	var calls atomic.Int32
+	owner.Serve(func(_ context.Context, c session.Control) session.Reply {
+		if c.Op == session.OpState {
+			return session.Reply{State: &session.State{ID: c.SessionID, Status: "idle"}}
+		}
+		if calls.Add(1) > 1 {
+			return session.Reply{Err: session.ReplyNotOwner, Msg: "no prompt to abort"}
+		}
+		return session.Reply{}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	proxy.CutOnPush(`"reply"`)
+	rep, err := caller.Call(ctx, owner.ReplicaID(), session.Control{Op: session.OpAbort, SessionID: "ses_x", Cause: "user"})
+	if err != nil || rep.Err != "" {
+		t.Fatalf("Call = %+v, %v; want the first handling's success", rep, err)
+	}
+	if proxy.Lost() != 1 {
+		t.Fatalf("%d messages cut, want the reply", proxy.Lost())
+	}
+	// A read asked again is answered again.
+	proxy.CutOnPush(`"reply"`)
+	rep, err = caller.Call(ctx, owner.ReplicaID(), session.Control{Op: session.OpState, SessionID: "ses_x"})
+	if err != nil || rep.State == nil || rep.State.ID != "ses_x" || proxy.Lost() != 2 {
+		t.Fatalf("Call state = %+v, %v (%d cut)", rep, err, proxy.Lost())
+	}
+	must(t, owner.Close())
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times for one call", n)
+	}
+}

@@ -172,9 +172,10 @@ func (r *Redis) Serve(h func(ctx context.Context, c session.Control) session.Rep
 }
 
 // Call implements session.Shared. The control message is published on
-// replica's control channel (no subscriber: ErrNoReplica); the reply comes
-// on this replica's. When ctx has no deadline the wait is bounded by the
-// handler's own bound (30s) plus Options.Timeout.
+// replica's control channel (no subscriber: ErrNoReplica), and again every
+// Options.Timeout until the reply comes on this replica's. When ctx has no
+// deadline the wait is bounded by the handler's own bound (30s) plus
+// Options.Timeout.
 func (r *Redis) Call(ctx context.Context, replica string, c session.Control) (session.Reply, error) {
 	select {
 	case <-r.closed:
@@ -196,9 +197,12 @@ func (r *Redis) Call(ctx context.Context, replica string, c session.Control) (se
 		r.pmu.Unlock()
 	}()
 
-	pctx, cancel := r.op(ctx)
-	n, err := r.c.Publish(pctx, r.controlChannel(replica), data).Result()
-	cancel()
+	publish := func() (int64, error) {
+		pctx, cancel := r.op(ctx)
+		defer cancel()
+		return r.c.Publish(pctx, r.controlChannel(replica), data).Result()
+	}
+	n, err := publish()
 	if err != nil {
 		return session.Reply{}, wrap("call "+replica, err)
 	}
@@ -219,16 +223,26 @@ func (r *Redis) Call(ctx context.Context, replica string, c session.Control) (se
 		ctx, cancel = context.WithTimeout(ctx, bound)
 		defer cancel()
 	}
-	select {
-	case rep := <-wait:
-		return rep, nil
-	case <-ctx.Done():
-		if noReceiver {
-			return session.Reply{}, fmt.Errorf("sessionstore: call %s: %w", replica, session.ErrNoReplica)
+	// The request goes again every Options.Timeout until the reply
+	// comes: a message published while a pub/sub connection reconnects
+	// (this replica's, or the owner's) is never delivered. The owner
+	// handles an id once and answers a repeat with the reply it sent.
+	again := time.NewTicker(r.o.Timeout)
+	defer again.Stop()
+	for {
+		select {
+		case rep := <-wait:
+			return rep, nil
+		case <-again.C:
+			_, _ = publish() // its error: the next tick, or the bound
+		case <-ctx.Done():
+			if noReceiver {
+				return session.Reply{}, fmt.Errorf("sessionstore: call %s: %w", replica, session.ErrNoReplica)
+			}
+			return session.Reply{}, fmt.Errorf("sessionstore: call %s: no reply: %w", replica, ctx.Err())
+		case <-r.closed:
+			return session.Reply{}, ErrClosed
 		}
-		return session.Reply{}, fmt.Errorf("sessionstore: call %s: no reply: %w", replica, ctx.Err())
-	case <-r.closed:
-		return session.Reply{}, ErrClosed
 	}
 }
 
@@ -250,40 +264,69 @@ func (r *Redis) onControl(payload string) {
 			wait <- *env.Reply // cap 1, one reply per id
 		}
 	case env.Control != nil && env.From != "":
-		if !r.firstTime(env.From + "/" + env.ID) {
+		if env.Control.Op == session.OpState {
+			// A read: asked again, it is answered again.
+			r.handlers.Add(1)
+			go r.handle(env, "")
 			return
 		}
-		r.handlers.Add(1)
-		go r.handle(env)
+		key := env.From + "/" + env.ID
+		first, reply := r.firstTime(key)
+		switch {
+		case first:
+			r.handlers.Add(1)
+			go r.handle(env, key)
+		case reply != nil:
+			// Asked again: the reply was lost on its way.
+			r.handlers.Add(1)
+			go func() {
+				defer r.handlers.Done()
+				r.sendReply(env, reply)
+			}()
+		}
 	default:
 		r.log.Warn("session store: control message without control or sender", "id", env.ID)
 	}
 }
 
-// firstTime reports whether the control message key (its sender and id)
-// has not come within handledFor: a PUBLISH sent again after its reply was
-// lost delivers the same message twice, and its second handling could
-// answer the caller first (a tool result submitted twice is refused the
-// second time). It runs on the listener's goroutine only.
-func (r *Redis) firstTime(key string) bool {
-	now := time.Now()
-	if _, seen := r.handled[key]; seen {
-		return false
-	}
-	if len(r.handled) >= 64 {
-		for k, at := range r.handled {
-			if now.Sub(at) > handledFor {
-				delete(r.handled, k)
-			}
-		}
-	}
-	r.handled[key] = now
-	return true
+// handledCall is a control message handled: when it came, and its reply
+// once sent.
+type handledCall struct {
+	at    time.Time
+	reply []byte
 }
 
-// handle runs the handler on one control message and publishes its reply
-// to the sender's control channel.
-func (r *Redis) handle(env envelope) {
+// firstTime reports whether the control message key (its sender and id)
+// has not come within handledFor, or else the reply sent to it (nil while
+// it is handled). A message comes twice when its caller asks again (its
+// reply was lost) or when a PUBLISH is sent again after its own reply was
+// lost: a second handling could answer the caller first (a tool result
+// submitted twice is refused the second time).
+func (r *Redis) firstTime(key string) (bool, []byte) {
+	now := time.Now()
+	r.pmu.Lock()
+	defer r.pmu.Unlock()
+	if h := r.handled[key]; h != nil {
+		return false, h.reply
+	}
+	// The oldest go first (handledOrder is in arrival order).
+	for len(r.handledOrder) > 0 {
+		h := r.handled[r.handledOrder[0]]
+		if h != nil && now.Sub(h.at) <= handledFor {
+			break
+		}
+		delete(r.handled, r.handledOrder[0])
+		r.handledOrder = r.handledOrder[1:]
+	}
+	r.handled[key] = &handledCall{at: now}
+	r.handledOrder = append(r.handledOrder, key)
+	return true, nil
+}
+
+// handle runs the handler on one control message (key: its sender and
+// id, "" for a read) and publishes its reply to the sender's control
+// channel, keeping it for a repeat of the message.
+func (r *Redis) handle(env envelope, key string) {
 	defer r.handlers.Done()
 	rep := session.Reply{Err: session.ReplyOther, Msg: "replica not ready"}
 	if h := r.handler.Load(); h != nil {
@@ -294,6 +337,18 @@ func (r *Redis) handle(env envelope) {
 		r.log.Error("session store: control reply not encodable", "op", env.Control.Op, "err", err)
 		return
 	}
+	if key != "" {
+		r.pmu.Lock()
+		if h := r.handled[key]; h != nil {
+			h.reply = data
+		}
+		r.pmu.Unlock()
+	}
+	r.sendReply(env, data)
+}
+
+// sendReply publishes a control reply to the sender of env.
+func (r *Redis) sendReply(env envelope, data []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.o.Timeout)
 	defer cancel()
 	if err := r.c.Publish(ctx, r.controlChannel(env.From), data).Err(); err != nil {

@@ -108,9 +108,11 @@ const (
 	maxBatch = 4096
 	// handlerTimeout bounds the handling of one control message.
 	handlerTimeout = 30 * time.Second
-	// handledFor is how long a control message's id is remembered: the
-	// same message published again (go-redis resends a PUBLISH whose reply
-	// was lost) within it is not handled twice.
+	// handledFor is how long a control message's id and reply are
+	// remembered (longer than a Call waits: handlerTimeout and the store's
+	// timeout): the same message again within it (its caller asks again
+	// when the reply was lost, and go-redis resends a PUBLISH whose own
+	// reply was lost) is not handled twice, and is answered again.
 	handledFor = time.Minute
 	// deletedPayload on a notify channel: the session was removed.
 	deletedPayload = "deleted"
@@ -139,17 +141,19 @@ type Redis struct {
 
 	// Pub/sub: one connection for the control channel and every followed
 	// notify channel.
-	ps        *redis.PubSub
-	control   string
-	subMu     sync.Mutex // orders SUBSCRIBE/UNSUBSCRIBE with the followers registry
-	pmu       sync.Mutex
-	follows   map[string]*follower                  // notify channel → follower
-	confirms  map[string]map[chan struct{}]struct{} // channel → Follow calls waiting for the subscription
-	calls     map[string]chan session.Reply         // request id → Call waiting for the reply
-	handled   map[string]time.Time                  // sender/request id → when its control came (onControl)
-	handler   atomic.Pointer[handlerFunc]
-	handlers  sync.WaitGroup
-	readerEnd chan struct{}
+	ps       *redis.PubSub
+	control  string
+	subMu    sync.Mutex // orders SUBSCRIBE/UNSUBSCRIBE with the followers registry
+	pmu      sync.Mutex
+	follows  map[string]*follower                  // notify channel → follower
+	confirms map[string]map[chan struct{}]struct{} // channel → Follow calls waiting for the subscription
+	calls    map[string]chan session.Reply         // request id → Call waiting for the reply
+	handled  map[string]*handledCall               // sender/request id → its control's handling (onControl)
+	// handledOrder: handled's keys in arrival order (the oldest expire first)
+	handledOrder []string
+	handler      atomic.Pointer[handlerFunc]
+	handlers     sync.WaitGroup
+	readerEnd    chan struct{}
 
 	ctx       context.Context // cancelled by Close: ends control handlers
 	cancel    context.CancelFunc
@@ -197,7 +201,7 @@ func NewRedis(client redis.UniversalClient, o Options) (*Redis, error) {
 		follows:   map[string]*follower{},
 		confirms:  map[string]map[chan struct{}]struct{}{},
 		calls:     map[string]chan session.Reply{},
-		handled:   map[string]time.Time{},
+		handled:   map[string]*handledCall{},
 		readerEnd: make(chan struct{}),
 		closed:    make(chan struct{}),
 	}
