@@ -19,7 +19,8 @@ import (
 // connection drops, as when a network path or a failing node closes it
 // after the write was applied). go-redis then sends the command again on a
 // new connection (it retries after EOF): what a store runs must be safe to
-// run twice in a row.
+// run twice in a row. It can also cut a pub/sub connection as a message
+// comes (CutOnPush).
 type Proxy struct {
 	t      testing.TB
 	target string
@@ -157,7 +158,7 @@ func (p *Proxy) Disarm() int {
 	return n
 }
 
-// Lost is how many replies the proxy has lost.
+// Lost is how many replies and pushed messages the proxy has lost.
 func (p *Proxy) Lost() int { return int(p.nlost.Load()) }
 
 // take reports whether req holds an armed pattern, disarming it.

@@ -302,3 +302,33 @@ func TestControlReplyLostOnTheWay(t *testing.T) {
 		t.Fatalf("the handler ran %d times for one call", n)
 	}
 }
+
+// A control call to a replica that is not subscribed when the call goes
+// out (its pub/sub connection reconnecting) reaches it once it is: the
+// call asks again until the reply comes, within twice the store's timeout.
+func TestControlCallReachesAReplicaSubscribingLate(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := testkit.Context(t)
+	direct := newClient(t, srv.Addr(), time.Second)
+	caller := newStore(t, direct, Options{Timeout: 2 * time.Second})
+	type result struct {
+		rep session.Reply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := caller.Call(ctx, "rep_late", session.Control{Op: session.OpAbort, SessionID: "ses_x", Cause: "user"})
+		done <- result{rep, err}
+	}()
+	// The call has gone out once, to no subscriber.
+	redistest.Eventually(ctx, t, "the first PUBLISH", func(ctx context.Context) (bool, error) {
+		info, err := direct.Info(ctx, "commandstats").Result()
+		return strings.Contains(info, "cmdstat_publish:calls="), err
+	})
+	owner := newStore(t, direct, Options{ReplicaID: "rep_late"})
+	owner.Serve(func(context.Context, session.Control) session.Reply { return session.Reply{} })
+	r := <-done
+	if r.err != nil || r.rep.Err != "" {
+		t.Fatalf("Call = %+v, %v; want the late replica's answer", r.rep, r.err)
+	}
+}

@@ -172,10 +172,11 @@ func (r *Redis) Serve(h func(ctx context.Context, c session.Control) session.Rep
 }
 
 // Call implements session.Shared. The control message is published on
-// replica's control channel (no subscriber: ErrNoReplica), and again every
-// Options.Timeout until the reply comes on this replica's. When ctx has no
-// deadline the wait is bounded by the handler's own bound (30s) plus
-// Options.Timeout.
+// replica's control channel, and again every Options.Timeout until the
+// reply comes on this replica's. When ctx has no deadline the wait is
+// bounded by the handler's own bound (30s) plus Options.Timeout, or, when
+// the channel had no subscriber, by twice Options.Timeout (then
+// ErrNoReplica).
 func (r *Redis) Call(ctx context.Context, replica string, c session.Control) (session.Reply, error) {
 	select {
 	case <-r.closed:
@@ -206,14 +207,12 @@ func (r *Redis) Call(ctx context.Context, replica string, c session.Control) (se
 	if err != nil {
 		return session.Reply{}, wrap("call "+replica, err)
 	}
-	// On a Redis Cluster PUBLISH counts only the receiving node's
-	// subscribers: no receiver there proves nothing, so the reply is
-	// waited for, briefly.
-	_, cluster := r.c.(*redis.ClusterClient)
+	// No receiver proves little: on a Redis Cluster PUBLISH counts only
+	// the receiving node's subscribers, and a replica whose pub/sub
+	// connection reconnects (a network blip, a Sentinel failover moving
+	// every connection to the new master) is not subscribed for a moment.
+	// The reply is waited for, briefly, the request sent again meanwhile.
 	noReceiver := n == 0
-	if noReceiver && !cluster {
-		return session.Reply{}, fmt.Errorf("sessionstore: call %s: %w", replica, session.ErrNoReplica)
-	}
 	bound := handlerTimeout + r.o.Timeout
 	if noReceiver {
 		bound = 2 * r.o.Timeout
