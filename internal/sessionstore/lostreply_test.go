@@ -138,6 +138,25 @@ func lostReplies(t *testing.T, addr string, o Options) {
 		}
 	}
 
+	// acquire (a takeover's)
+	{
+		_, err := s.Create(ctx, record("ses_t", "t1"), 0)
+		must(t, err)
+		lose(acquireScript)
+		ok, holder, err := s.Acquire(ctx, "ses_t", time.Minute)
+		lost()
+		if err != nil || !ok || holder != s.ReplicaID() {
+			t.Fatalf("Acquire = %v, %q, %v; want it taken", ok, holder, err)
+		}
+		// Its fenced writes go through: the epoch is the one it took.
+		must(t, s.SaveRun(ctx, "ses_t", session.Run{PromptID: "p1", Replica: s.ReplicaID()}))
+		// Taken by this replica before, not by this call: not this call's.
+		if ok, holder, err := s.Acquire(ctx, "ses_t", time.Minute); err != nil || ok || holder != s.ReplicaID() {
+			t.Fatalf("a second Acquire = %v, %q, %v; want it held by this replica already", ok, holder, err)
+		}
+		must(t, s.EndRun(ctx, "ses_t", session.PromptSlot{}))
+	}
+
 	// create
 	{
 		lose(tenantAddScript)

@@ -273,7 +273,8 @@ func newReplicaID() string {
 	return "rep_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))[:10]
 }
 
-// token is a new append's token, unique among every process's.
+// token is a new call's token (an append's, an acquire's), unique among
+// every process's.
 func (r *Redis) token() string {
 	return r.tokenPrefix + strconv.FormatUint(r.tokens.Add(1), 36)
 }
@@ -315,19 +316,27 @@ func wrap(what string, err error) error {
 
 // Lua scripts: each is one atomic step on one key.
 var (
-	// KEYS[1] lease, [2] epoch, [3] meta; ARGV[1] replica, [2] ttl ms →
-	// {1, replica, epoch} when taken (the epoch incremented), {0, holder}
-	// when another holds it. The epoch of a session without a record gets
-	// orphanTTL (ARGV[3]).
+	// KEYS[1] lease, [2] epoch, [3] meta, [4] taker; ARGV[1] replica, [2]
+	// ttl ms, [3] orphanTTL ms, [4] the call's token → {1, replica, epoch}
+	// when taken (the epoch incremented), {0, holder} when another holds
+	// it, or this replica by an earlier call. The epoch of a session
+	// without a record gets orphanTTL. The token is kept as long as the
+	// lease (taker): the same call run again (go-redis sends a command
+	// again when its reply was lost) finds it and answers as it did.
 	acquireScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local ep = redis.call('INCR', KEYS[2])
   if redis.call('HEXISTS', KEYS[3], 'record') == 0 then
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
+  redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[2])
   return {1, ARGV[1], ep}
 end
-return {0, redis.call('GET', KEYS[1]) or ''}
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] and redis.call('GET', KEYS[4]) == ARGV[4] then
+  return {1, holder, tonumber(redis.call('GET', KEYS[2]))}
+end
+return {0, holder or ''}
 `)
 	// KEYS[1] lease, [2] run, [3] meta, [4] history, [5] events, [6]
 	// epoch; ARGV[1] replica, [2] ttl ms, [3] run JSON, [4] the entry to
@@ -708,7 +717,7 @@ func (r *Redis) Remove(ctx context.Context, id, tenant string) error {
 	defer cancel()
 	pipe := r.c.Pipeline()
 	pipe.Del(ctx, r.key(id, "meta"), r.key(id, "history"), r.key(id, "appended"), r.key(id, "stripped"),
-		r.key(id, "events"), r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run"))
+		r.key(id, "events"), r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "run"), r.key(id, "taker"))
 	pipe.SRem(ctx, r.runningKey(), id)
 	pipe.ZRem(ctx, r.tenantKey(tenant), id)
 	pipe.Publish(ctx, r.notifyChannel(id), deletedPayload)
@@ -818,12 +827,13 @@ func ttlMs(ttl time.Duration) int64 {
 
 // Acquire implements session.Shared (SET NX PX, and the holder read in the
 // same script). A replica that already holds the lease gets ok false and
-// itself as holder: it extends a lease with Renew.
+// itself as holder: it extends a lease with Renew. A call run again after
+// its reply was lost gets the lease it took (acquireScript's token).
 func (r *Redis) Acquire(ctx context.Context, id string, ttl time.Duration) (bool, string, error) {
 	ctx, cancel := r.op(ctx)
 	defer cancel()
-	res, err := acquireScript.Run(ctx, r.c, []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "meta")},
-		r.id, ttlMs(ttl), orphanTTL.Milliseconds()).Slice()
+	res, err := acquireScript.Run(ctx, r.c, []string{r.key(id, "lease"), r.key(id, "epoch"), r.key(id, "meta"), r.key(id, "taker")},
+		r.id, ttlMs(ttl), orphanTTL.Milliseconds(), r.token()).Slice()
 	if err != nil {
 		return false, "", wrap("acquire "+id, err)
 	}

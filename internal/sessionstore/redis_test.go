@@ -197,7 +197,7 @@ func TestRecords(t *testing.T) {
 	s.AppendEvent(rm, session.Event{Seq: 1})
 	must(t, s.Flush(ctx, rm))
 	must(t, s.Remove(ctx, rm, "acme"))
-	keys := []string{"meta", "history", "appended", "stripped", "events", "lease", "run"}
+	keys := []string{"meta", "history", "appended", "stripped", "events", "lease", "run", "taker"}
 	for _, k := range keys {
 		if n := c.Exists(ctx, "agentd:{"+rm+"}:"+k).Val(); n != 0 {
 			t.Errorf("after Remove: agentd:{%s}:%s exists", rm, k)
