@@ -2,10 +2,13 @@ package retrybudget
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,12 +33,17 @@ const DefaultFlushInterval = time.Second
 type Redis struct {
 	c     redis.Cmdable
 	key   string
+	last  string // <prefix>{budget}:last (budgetScript)
 	b     retry.Budget
 	log   *slog.Logger
 	local *Memory
 
 	mu      sync.Mutex
 	pending map[string]int64 // successes not yet in Redis, by model
+
+	// The calls' tokens: a random prefix of this process's and a count.
+	tokenPrefix string
+	tokens      atomic.Uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -45,14 +53,24 @@ type Redis struct {
 // budgetScript credits successes, then decides a retry.
 //
 //	KEYS[1]   <prefix>{budget}:tokens  HASH model → level (units); absent: full
+//	KEYS[2]   <prefix>{budget}:last    HASH model ("" for a flush) → the last call's token and answer
 //	ARGV[1]   full level (units)
 //	ARGV[2]   credit of one success (units)
 //	ARGV[3]   model whose retry to decide, or "" for none
-//	ARGV[4..] model, successes, … to credit first
+//	ARGV[4]   the call's token
+//	ARGV[5..] model, successes, … to credit first
 //
 // A token is 1000 units (retry.BudgetScale).
-// It returns {allowed (1, 0; -1 without a decision), level after}.
+// It returns {allowed (1, 0; -1 without a decision), level after}. The
+// same call run again (go-redis sends a command again when its reply was
+// lost) finds its token as the last of its model and answers as it did,
+// crediting and spending nothing.
 var budgetScript = redis.NewScript(`
+local last = redis.call('HGET', KEYS[2], ARGV[3])
+if last then
+  local tok, ok, lvl = string.match(last, '^(%S+) (%S+) (%S+)$')
+  if tok == ARGV[4] then return {tonumber(ok), tonumber(lvl)} end
+end
 local full = tonumber(ARGV[1])
 local credit = tonumber(ARGV[2])
 local function level(m)
@@ -63,13 +81,16 @@ end
 local function store(m, v)
   if v >= full then redis.call('HDEL', KEYS[1], m) else redis.call('HSET', KEYS[1], m, v) end
 end
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local m = ARGV[i]
   if redis.call('HEXISTS', KEYS[1], m) == 1 then
     store(m, math.min(full, level(m) + tonumber(ARGV[i + 1]) * credit))
   end
 end
-if ARGV[3] == '' then return {-1, 0} end
+if ARGV[3] == '' then
+  redis.call('HSET', KEYS[2], '', ARGV[4] .. ' -1 0')
+  return {-1, 0}
+end
 local t = level(ARGV[3])
 local ok = 0
 if t > full / 2 then
@@ -77,6 +98,7 @@ if t > full / 2 then
   ok = 1
 end
 store(ARGV[3], t)
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4] .. ' ' .. ok .. ' ' .. t)
 return {ok, t}
 `)
 
@@ -96,10 +118,22 @@ func NewRedis(client redis.Cmdable, b retry.Budget, o RedisOptions) *Redis {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Redis{c: client, key: o.KeyPrefix + "{budget}:tokens", b: b, log: o.Logger, local: NewMemory(b),
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	r := &Redis{c: client, key: o.KeyPrefix + "{budget}:tokens", last: o.KeyPrefix + "{budget}:last",
+		tokenPrefix: hex.EncodeToString(nonce[:]) + ":", b: b, log: o.Logger, local: NewMemory(b),
 		pending: map[string]int64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go r.flusher(o.FlushInterval)
 	return r
+}
+
+// keys are budgetScript's keys.
+func (r *Redis) keys() []string { return []string{r.key, r.last} }
+
+// token is a new call's token for budgetScript: a random prefix of this
+// process's and a count.
+func (r *Redis) token() string {
+	return r.tokenPrefix + strconv.FormatUint(r.tokens.Add(1), 36)
 }
 
 // Budget returns the budget's parameters.
@@ -113,11 +147,11 @@ func (r *Redis) Retry(ctx context.Context, model string) (Decision, error) {
 	n := r.pending[model]
 	delete(r.pending, model)
 	r.mu.Unlock()
-	args := []any{r.b.Full(), r.b.Credit(), model}
+	args := []any{r.b.Full(), r.b.Credit(), model, r.token()}
 	if n > 0 {
 		args = append(args, model, n)
 	}
-	res, err := budgetScript.Run(ctx, r.c, []string{r.key}, args...).Int64Slice()
+	res, err := budgetScript.Run(ctx, r.c, r.keys(), args...).Int64Slice()
 	if err != nil || len(res) != 2 {
 		if n > 0 {
 			r.addPending(model, n)
@@ -152,12 +186,12 @@ func (r *Redis) Flush(ctx context.Context) error {
 	batch := r.pending
 	r.pending = map[string]int64{}
 	r.mu.Unlock()
-	args := make([]any, 0, 3+2*len(batch))
-	args = append(args, r.b.Full(), r.b.Credit(), "")
+	args := make([]any, 0, 4+2*len(batch))
+	args = append(args, r.b.Full(), r.b.Credit(), "", r.token())
 	for m, n := range batch {
 		args = append(args, m, n)
 	}
-	if err := budgetScript.Run(ctx, r.c, []string{r.key}, args...).Err(); err != nil {
+	if err := budgetScript.Run(ctx, r.c, r.keys(), args...).Err(); err != nil {
 		for m, n := range batch {
 			r.addPending(m, n)
 		}

@@ -1,0 +1,4 @@
+package retrybudget
+
+// BudgetScript is the budget's script, for tests that lose its replies.
+var BudgetScript = budgetScript
