@@ -2,8 +2,6 @@ package credstore
 
 import (
 	"errors"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -60,25 +58,4 @@ func TestRedisLostReplyRunsOnce(t *testing.T) {
 	if b := infoOf(t, s, "p", "b"); b.BankedResets != 1 {
 		t.Fatalf("b after the redeem = %+v; want 1 banked reset left", b)
 	}
-}
-
-// layout is the keys matching pattern, sorted, without the keys of once
-// (a reply kept for a call run again), which it checks expire.
-func layout(t *testing.T, c redis.UniversalClient, pattern string) []string {
-	t.Helper()
-	ctx := testkit.Context(t)
-	keys, err := c.Keys(ctx, pattern).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(keys)
-	return slices.DeleteFunc(keys, func(k string) bool {
-		if !strings.Contains(k, "}:once:") {
-			return false
-		}
-		if ttl := c.PTTL(ctx, k).Val(); ttl <= 0 || ttl > onceTTL*time.Millisecond {
-			t.Errorf("PTTL(%s) = %v, want in (0, %dms]", k, ttl, onceTTL)
-		}
-		return true
-	})
 }
