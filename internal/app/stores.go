@@ -75,6 +75,7 @@ func openStores(cfg *config.Config, log *slog.Logger, m *metrics.Metrics, now fu
 			SyncInterval: r.SyncIntervalMs.Duration(),
 			SecretKey:    []byte(r.SecretKey),
 			Logger:       log,
+			MaxPerOwner:  cfg.Limits.MaxCredentialsPerTenant,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("store.redis: %w", err)
@@ -109,7 +110,7 @@ func openStores(cfg *config.Config, log *slog.Logger, m *metrics.Metrics, now fu
 		st.closers = append(st.closers, shared.Close)
 		st.shared = startPicker{Redis: shared, creds: creds, picks: m.StoreSeries("redis", "pick")}
 	default:
-		st.creds = credstore.NewMemory(credstore.MemoryOptions{Now: now})
+		st.creds = credstore.NewMemory(credstore.MemoryOptions{Now: now, MaxPerOwner: cfg.Limits.MaxCredentialsPerTenant})
 		st.closers = append(st.closers, st.creds.Close)
 		st.cooldowns = cooldown.NewMemory(now)
 		if b, _ := cfg.RetryBudget(); b.Enabled() {

@@ -145,7 +145,7 @@ type Agentd struct {
 // benchLimits raise the per-tenant limits above what the scenarios ask of
 // one tenant (idle-memory's 100k sessions, capacity's ~1000 concurrent
 // streams): they measure agentd, not its quotas.
-const benchLimits = "limits: {max_sessions_per_tenant: 10000000, max_concurrent_prompts_per_tenant: 1000000}\n"
+const benchLimits = "limits: {max_sessions_per_tenant: 10000000, max_concurrent_prompts_per_tenant: 1000000, max_streams_per_tenant: 1000000}\n"
 
 // StartAgentd writes cfg (YAML without listen: nor limits:) to dir and runs
 // `bin serve` on free loopback ports.

@@ -67,7 +67,8 @@ type Metrics struct {
 
 // Limits bound what one request and one tenant may ask of agentd. Unset (0)
 // fields take the defaults below; every bound applies on one replica and,
-// with the Redis store, across all of them.
+// with the Redis store, across all of them, but max_streams_per_tenant,
+// which counts the streams each replica serves.
 type Limits struct {
 	// MaxRequestBytes bounds a request body (REST, read before anything is
 	// parsed) and a gRPC message: REST 413, gRPC RESOURCE_EXHAUSTED.
@@ -88,6 +89,13 @@ type Limits struct {
 	MinBaseDelayMs Millis `yaml:"min_base_delay_ms"`
 	// MaxRetriesCap is the most retry.max_retries a session may ask for.
 	MaxRetriesCap int `yaml:"max_retries_cap"`
+	// MaxStreamsPerTenant bounds the event streams (StreamEvents, over
+	// gRPC, SSE or NDJSON) one tenant holds open on one replica: a stream
+	// belongs to the replica that serves its connection.
+	MaxStreamsPerTenant int `yaml:"max_streams_per_tenant"`
+	// MaxCredentialsPerTenant bounds the credentials a tenant owns of one
+	// provider (its own keys; the server's are not bounded).
+	MaxCredentialsPerTenant int `yaml:"max_credentials_per_tenant"`
 }
 
 // HTTP tunes the HTTP face for web frontends: CORS, SSE heartbeats and the
@@ -388,6 +396,8 @@ const (
 	DefaultMaxSystemPromptBytes          = 256 << 10
 	DefaultMinBaseDelayMs                = 100
 	DefaultMaxRetriesCap                 = 20
+	DefaultMaxStreamsPerTenant           = 1000
+	DefaultMaxCredentialsPerTenant       = 100
 )
 
 // Load reads and validates the file at path.
@@ -726,6 +736,8 @@ func (l *Limits) finish(maxPromptBytes int) error {
 	orDefault(&l.MaxSystemPromptBytes, DefaultMaxSystemPromptBytes)
 	orDefault(&l.MinBaseDelayMs, DefaultMinBaseDelayMs)
 	orDefault(&l.MaxRetriesCap, DefaultMaxRetriesCap)
+	orDefault(&l.MaxStreamsPerTenant, DefaultMaxStreamsPerTenant)
+	orDefault(&l.MaxCredentialsPerTenant, DefaultMaxCredentialsPerTenant)
 	switch {
 	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > 1<<30:
 		return fmt.Errorf("config: limits.max_request_bytes: must be between 4096 and %d, got %d", 1<<30, l.MaxRequestBytes)
@@ -745,6 +757,10 @@ func (l *Limits) finish(maxPromptBytes int) error {
 		return fmt.Errorf("config: limits.min_base_delay_ms: must be > 0, got %d", l.MinBaseDelayMs)
 	case l.MaxRetriesCap < 0:
 		return fmt.Errorf("config: limits.max_retries_cap: must be > 0, got %d", l.MaxRetriesCap)
+	case l.MaxStreamsPerTenant < 0:
+		return fmt.Errorf("config: limits.max_streams_per_tenant: must be > 0, got %d", l.MaxStreamsPerTenant)
+	case l.MaxCredentialsPerTenant < 0:
+		return fmt.Errorf("config: limits.max_credentials_per_tenant: must be > 0, got %d", l.MaxCredentialsPerTenant)
 	}
 	return nil
 }

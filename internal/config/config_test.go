@@ -26,6 +26,9 @@ func TestDefaults(t *testing.T) {
 		!s.ModelFallback || s.FallbackRevertPolicy != "cooldown-expiry" {
 		t.Fatalf("retry defaults = %+v", s)
 	}
+	if l := c.Limits; l.MaxStreamsPerTenant != 1000 || l.MaxCredentialsPerTenant != 100 || l.MaxSessionsPerTenant != 1000 {
+		t.Fatalf("limits defaults = %+v", l)
+	}
 }
 
 func TestFullConfig(t *testing.T) {
@@ -139,6 +142,8 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"retry: {budget: {token_ratio: 0.1}}", "retry.budget.max_tokens must be in [1, 1000], got 0"},
 		{"retry: {budget: {max_tokens: 10, token_ratio: 0}}", "retry.budget.token_ratio"},
 		{"retry: {budget: {max_tokens: 10, tokens: 3}}", "retry.budget.tokens: unknown key"},
+		{"limits: {max_streams_per_tenant: -1}", "config: limits.max_streams_per_tenant: must be > 0, got -1"},
+		{"limits: {max_credentials_per_tenant: -2}", "config: limits.max_credentials_per_tenant: must be > 0, got -2"},
 	} {
 		_, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -661,7 +661,7 @@ func runAccounts(t *testing.T, newEnv newEnvFunc) {
 func TestMemoryConformance(t *testing.T) {
 	runConformance(t, func(t *testing.T, redeemMin time.Duration) env {
 		clk := testkit.NewClock(time.Now())
-		m := NewMemory(MemoryOptions{Now: clk.Now, RedeemMinBlocked: redeemMin})
+		m := NewMemory(MemoryOptions{Now: clk.Now, RedeemMinBlocked: redeemMin, MaxPerOwner: testMaxPerOwner})
 		return env{clk: clk, open: func() Store { return m }}
 	})
 }

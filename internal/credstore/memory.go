@@ -19,12 +19,17 @@ type MemoryOptions struct {
 	// least this much time left (0: any block). The reference's default is
 	// 60 minutes (codexResets.minBlockedMinutes).
 	RedeemMinBlocked time.Duration
+	// MaxPerOwner bounds the credentials one tenant owns of one provider
+	// (0: no bound); server credentials are not bounded. An add over it is
+	// a *LimitError.
+	MaxPerOwner int
 }
 
 // Memory is the in-memory credential store of a single replica.
 type Memory struct {
 	now       func() time.Time
 	redeemMin time.Duration
+	maxOwn    int
 	// noRedeem: this Memory is a Redis store's local view, which must not
 	// spend banked resets (only the shared store can do it exactly once).
 	noRedeem bool
@@ -112,7 +117,7 @@ func NewMemory(opts MemoryOptions) *Memory {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Memory{now: opts.Now, redeemMin: opts.RedeemMinBlocked,
+	return &Memory{now: opts.Now, redeemMin: opts.RedeemMinBlocked, maxOwn: opts.MaxPerOwner,
 		provs: map[string]*memProvider{}, ids: map[credKey]*memCred{}}
 }
 
@@ -137,6 +142,11 @@ func (m *Memory) Add(_ context.Context, c Credential) (Info, error) {
 	}
 	if _, ok := m.ids[credKey{"", c.ID}]; ok && c.Owner != "" {
 		return Info{}, fmt.Errorf("%w: %s is a server credential's id", ErrExists, c.ID)
+	}
+	if c.Owner != "" && m.maxOwn > 0 {
+		if pl := m.provs[c.Provider].pool(c.Owner); pl != nil && len(pl.creds) >= m.maxOwn {
+			return Info{}, &LimitError{Provider: c.Provider, Limit: m.maxOwn}
+		}
 	}
 	mc := &memCred{Credential: c, seed: c.BankedResets}
 	m.putLocked(mc)

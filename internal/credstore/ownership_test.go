@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -390,4 +391,64 @@ func runOwnership(t *testing.T, newEnv newEnvFunc) {
 			t.Errorf("t3's listing = %s", got)
 		}
 	})
+
+	t.Run("OwnerLimit", func(t *testing.T) {
+		// Several instances (replicas, for Redis) race to add a tenant's
+		// credentials: exactly testMaxPerOwner of them land.
+		e := newEnv(t, 0)
+		stores := []Store{e.open(), e.open()}
+		const tries = 3 * testMaxPerOwner
+		errs := make([]error, tries)
+		var wg sync.WaitGroup
+		for i := range tries {
+			wg.Go(func() {
+				_, errs[i] = stores[i%2].Add(testkit.Context(t), Credential{ID: fmt.Sprintf("k%d", i), Provider: "p", Secret: "x", Owner: "A"})
+			})
+		}
+		wg.Wait()
+		added := 0
+		for i, err := range errs {
+			var le *LimitError
+			switch {
+			case err == nil:
+				added++
+			case errors.As(err, &le) && errors.Is(err, ErrLimit):
+				if le.Limit != testMaxPerOwner || le.Provider != "p" || strings.Contains(err.Error(), "x\"") {
+					t.Errorf("k%d: %v; want the limit and provider named", i, err)
+				}
+			default:
+				t.Errorf("k%d: %v; want nil or a *LimitError", i, err)
+			}
+		}
+		if added != testMaxPerOwner {
+			t.Fatalf("%d of %d racing adds landed; want exactly %d", added, tries, testMaxPerOwner)
+		}
+		if n := strings.Count(listed(t, stores[1], Filter{Tenant: "A"}), "A/"); n != testMaxPerOwner {
+			t.Errorf("A lists %d of its own; want %d", n, testMaxPerOwner)
+		}
+		// Another provider, another tenant and the server's pool are
+		// bounded apart; a delete makes room.
+		addOwn(t, stores[0], "A", "q", "other")
+		addOwn(t, stores[0], "B", "p", "b1")
+		for i := range testMaxPerOwner + 1 {
+			addOwn(t, stores[1], "", "p", fmt.Sprintf("s%d", i))
+		}
+		var first string
+		for i, err := range errs {
+			if err == nil {
+				first = fmt.Sprintf("k%d", i)
+				break
+			}
+		}
+		if err := stores[1].Delete(testkit.Context(t), "A", first); err != nil {
+			t.Fatal(err)
+		}
+		addOwn(t, stores[0], "A", "p", "again")
+		if _, err := stores[1].Add(testkit.Context(t), Credential{ID: "more", Provider: "p", Secret: "x", Owner: "A"}); !errors.Is(err, ErrLimit) {
+			t.Errorf("Add over the limit after the delete's room was taken = %v; want ErrLimit", err)
+		}
+	})
 }
+
+// testMaxPerOwner is MaxPerOwner in the conformance suite's stores.
+const testMaxPerOwner = 8

@@ -32,6 +32,9 @@ type RedisOptions struct {
 	SyncInterval time.Duration
 	// RedeemMinBlocked: see MemoryOptions.
 	RedeemMinBlocked time.Duration
+	// MaxPerOwner: see MemoryOptions. The add script counts the tenant's
+	// credentials of the provider, so the bound holds across replicas.
+	MaxPerOwner int
 	// SecretKey, when set (16, 24 or 32 bytes), seals secrets with AES-GCM
 	// before they are written to Redis; every replica needs the same key.
 	// Without it Redis holds secrets in clear: protect it with ACLs (a user
@@ -388,15 +391,18 @@ func (r *Redis) addRedis(ctx context.Context, c Credential) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	res, err := r.run(ctx, addScript, r.onceKeys(c.Provider, c.Owner), c.Owner, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8), c.Account)
+	res, err := r.run(ctx, addScript, r.onceKeys(c.Provider, c.Owner), c.Owner, c.ID, sealed, c.Source, c.BankedResets, b2i(c.AutoRedeem), randomHex(8), c.Account, max(0, r.opts.MaxPerOwner))
 	if err != nil {
 		return Info{}, outageError{err}
 	}
 	if len(res) < 2 {
 		return Info{}, fmt.Errorf("credstore: redis: unexpected reply to add")
 	}
-	if str(res[0]) == "exists" {
+	switch str(res[0]) {
+	case "exists":
 		return Info{}, fmt.Errorf("%w: %s", ErrExists, c.ID)
+	case "limit":
+		return Info{}, &LimitError{Provider: c.Provider, Limit: r.opts.MaxPerOwner}
 	}
 	if len(res) < 6 {
 		return Info{}, fmt.Errorf("credstore: redis: unexpected reply to add")

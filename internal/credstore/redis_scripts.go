@@ -302,9 +302,10 @@ return {1}
 //	KEYS: the provider's five, then the owner's three (none for a server credential), then the call's once key
 //	ARGV[1] clock offset ms, [2] owner ('' for the server), [3] id, [4] sealed secret,
 //	    [5] source, [6] banked resets, [7] auto-redeem 0|1, [8] epoch to set if there is none,
-//	    [9] account ('' for none)
+//	    [9] account ('' for none), [10] the most credentials a tenant owner may have of the provider (0: no bound)
 //	returns {'exists', epoch} when the id is taken (by the owner, or by a
 //	        server credential for a tenant owner);
+//	        {'limit', epoch} when a tenant owner has as many as [10];
 //	        {'added'|'updated', epoch, banked resets, ms blocked (0: not), reason, estimated 0|1}.
 var addScript = redis.NewScript(once(`
 local p = server
@@ -324,6 +325,8 @@ if raw then
   rec.seed = banked
   status = 'updated'
 else
+  local most = tonumber(ARGV[10])
+  if own and most > 0 and redis.call('HLEN', own.creds) >= most then return {'limit', epoch} end
   rec = {s = ARGV[4], src = src, b = banked, a = tonumber(ARGV[7]), seed = banked}
   redis.call('ZADD', p.order, redis.call('HINCRBY', meta, 'seq', 1), id)
   redis.call('HDEL', p.blocks, id)

@@ -38,7 +38,7 @@ func TestRedisConformance(t *testing.T) {
 			c := redis.NewUniversalClient(ClientOptions(&redis.UniversalOptions{Addrs: []string{srv.Addr()}}, 2*time.Second))
 			t.Cleanup(func() { _ = c.Close() })
 			s := newRedisStore(t, c, RedisOptions{KeyPrefix: prefix, Timeout: 2 * time.Second,
-				SyncInterval: 50 * time.Millisecond, RedeemMinBlocked: redeemMin, offset: clk.Offset})
+				SyncInterval: 50 * time.Millisecond, RedeemMinBlocked: redeemMin, MaxPerOwner: testMaxPerOwner, offset: clk.Offset})
 			t.Cleanup(func() {
 				if s.Degraded() {
 					t.Errorf("the store became degraded: %v", s.Ready(testkit.Context(t)))

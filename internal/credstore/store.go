@@ -122,6 +122,10 @@ var (
 	// ErrForbidden: a tenant asked to delete a server credential (only an
 	// admin may). Map it to codes.PermissionDenied.
 	ErrForbidden = errors.New("credential serves every tenant: only an admin may change it")
+	// ErrLimit: the tenant owns as many credentials of the provider as
+	// the store allows (see LimitError). Map it to
+	// codes.ResourceExhausted.
+	ErrLimit = errors.New("credential limit reached")
 	// ErrAllBlocked: every credential of the provider is blocked (see
 	// AllBlockedError).
 	ErrAllBlocked = errors.New("every credential is blocked")
@@ -153,6 +157,20 @@ func (e *AllBlockedError) Error() string {
 
 // Is makes errors.Is(err, ErrAllBlocked) true.
 func (e *AllBlockedError) Is(target error) bool { return target == ErrAllBlocked }
+
+// LimitError is Add's error for a tenant that owns Limit credentials of
+// Provider already, the store's bound.
+type LimitError struct {
+	Provider string
+	Limit    int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("tenant has %d credentials of provider %q, the limit; delete one before adding another", e.Limit, e.Provider)
+}
+
+// Is makes errors.Is(err, ErrLimit) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 
 // Sources of a credential.
 const (

@@ -26,6 +26,10 @@ type credentialService struct {
 	providers map[string]bool
 }
 
+// maxSecretBytes bounds a credential's secret: a key, a token or a
+// service account's JSON fits many times over.
+const maxSecretBytes = 64 << 10
+
 // ownerFor is the owner of the credentials the caller adds and deletes: ""
 // (the server's) for an admin, else the caller's tenant.
 func ownerFor(ctx context.Context) string {
@@ -43,6 +47,8 @@ func (c *credentialService) CreateCredential(ctx context.Context, req *agentdv1.
 		return nil, convert.InvalidArg("provider", "unknown provider %q", req.GetProvider())
 	case req.GetSecret() == "":
 		return nil, convert.InvalidArg("secret", "is required")
+	case len(req.GetSecret()) > maxSecretBytes:
+		return nil, convert.InvalidArg("secret", "is %d bytes, more than %d", len(req.GetSecret()), maxSecretBytes)
 	case req.GetBankedResets() < 0:
 		return nil, convert.InvalidArg("banked_resets", "must be >= 0")
 	case req.GetId() != "" && !credentialIDRe.MatchString(req.GetId()):

@@ -70,3 +70,11 @@ func (s *Server) PendingUTF8() int {
 	s.utf8.bad.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// StreamsOpen is how many event streams tenant holds open on this server
+// (limits.max_streams_per_tenant counts them).
+func (s *Server) StreamsOpen(tenant string) int {
+	s.agent.followers.mu.Lock()
+	defer s.agent.followers.mu.Unlock()
+	return s.agent.followers.open[tenant]
+}

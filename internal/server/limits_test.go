@@ -3,8 +3,10 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -143,4 +145,112 @@ func TestLimitsOverGRPCAndREST(t *testing.T) {
 	if _, err := create(asA, &agentdv1.CreateSessionRequest{}); err != nil {
 		t.Fatalf("CreateSession after a delete: %v", err)
 	}
+}
+
+// A hostile tenant's followers and keys stay bounded: at
+// limits.max_streams_per_tenant a StreamEvents stream, over gRPC, SSE or
+// a stream ticket alike, is RESOURCE_EXHAUSTED (REST 429) naming the
+// limit, the other tenant's streams are not concerned, and a stream that
+// ends gives its place back. At limits.max_credentials_per_tenant a
+// tenant's own credential is refused the same way; an admin's server
+// credentials are not bounded, and a secret over 64 KiB is bad input.
+func TestStreamsAndCredentialsPerTenant(t *testing.T) {
+	const admin = "token-ops-0123456789"
+	ts := start(t, "auth: {tokens: [{token: "+webTokenA+", tenant: team-a}, {token: "+webTokenB+", tenant: team-b}, {token: "+admin+", tenant: ops, admin: true}]}\n"+
+		"limits: {max_streams_per_tenant: 2, max_credentials_per_tenant: 2}\n")
+	ctx := testkit.Context(t)
+	asA := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+webTokenA)
+	asB := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+webTokenB)
+	asOps := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+admin)
+	idA := webSession(t, ctx, ts.baseURL, webTokenA)
+	idB := webSession(t, ctx, ts.baseURL, webTokenB)
+	for _, s := range []struct{ id, token string }{{idA, webTokenA}, {idB, webTokenB}} {
+		webJSON(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+s.id+":prompt", `{"text":"one"}`, s.token, http.Header{"Accept": {"application/json"}}, 200)
+	}
+
+	// follow opens a gRPC stream and reads its first event: the server
+	// holds the stream's place from then on.
+	follow := func(ctx context.Context, id string) (context.CancelFunc, error) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(ctx)
+		stream, err := ts.agent.StreamEvents(ctx, &agentdv1.StreamEventsRequest{SessionId: id})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return cancel, nil
+	}
+	var closers []context.CancelFunc
+	for range 2 {
+		closers = append(closers, must(follow(asA, idA)))
+	}
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	const streamsMsg = "limits.max_streams_per_tenant: tenant has 2 event streams open on this replica, the limit; close one before opening another"
+	_, err := follow(asA, idA)
+	wantCode(t, "a third stream over gRPC", err, codes.ResourceExhausted, streamsMsg)
+	wantStatus(t, webReq(t, ctx, "GET", ts.baseURL+"/v1/sessions/"+idA+"/events", "", webTokenA, sseAccept),
+		http.StatusTooManyRequests, codes.ResourceExhausted, streamsMsg)
+	ticket, _ := ticketFor(t, ctx, ts.baseURL, idA, webTokenA)
+	wantStatus(t, webReq(t, ctx, "GET", ts.baseURL+"/v1/sessions/"+idA+"/events?ticket="+url.QueryEscape(ticket), "", "", sseAccept),
+		http.StatusTooManyRequests, codes.ResourceExhausted, streamsMsg)
+	// The tenant's prompts and the other tenant's streams go on.
+	webJSON(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+idA+":prompt", `{"text":"two"}`, webTokenA, http.Header{"Accept": {"application/json"}}, 200)
+	for range 2 {
+		closers = append(closers, must(follow(asB, idB)))
+	}
+	// A stream that ends gives its place back; the SSE one then holds it
+	// until its response is closed.
+	closers[0]()
+	testkit.Eventually(t, "team-a's closed stream gave its place back", func() bool { return ts.srv.StreamsOpen("team-a") == 1 })
+	resp := webReq(t, ctx, "GET", ts.baseURL+"/v1/sessions/"+idA+"/events?ticket="+url.QueryEscape(ticket), "", "", sseAccept)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("events after a place came free = %d", resp.StatusCode)
+	}
+	newWebFrames(t, resp.Body).until("prompt_end")
+	_, err = follow(asA, idA)
+	wantCode(t, "a stream while the SSE one is open", err, codes.ResourceExhausted, streamsMsg)
+	resp.Body.Close()
+	testkit.Eventually(t, "the closed SSE stream gave its place back", func() bool { return ts.srv.StreamsOpen("team-a") == 1 })
+	closers = append(closers, must(follow(asA, idA)))
+
+	// Credentials: a tenant's own, per provider.
+	add := func(ctx context.Context, id, secret string) error {
+		_, err := ts.creds.CreateCredential(ctx, &agentdv1.CreateCredentialRequest{Provider: "sim", Id: id, Secret: secret})
+		return err
+	}
+	for _, id := range []string{"a1", "a2"} {
+		if err := add(asA, id, "sk-"+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const credsMsg = `limits.max_credentials_per_tenant: tenant has 2 credentials of provider "sim", the limit; delete one before adding another`
+	wantCode(t, "a third credential", add(asA, "a3", "sk-a3"), codes.ResourceExhausted, credsMsg)
+	wantStatus(t, webReq(t, ctx, "POST", ts.baseURL+"/v1/credentials", `{"provider":"sim","id":"a3","secret":"sk-a3"}`, webTokenA, nil),
+		http.StatusTooManyRequests, codes.ResourceExhausted, credsMsg)
+	if n := len(must(ts.creds.ListCredentials(asA, &agentdv1.ListCredentialsRequest{})).GetCredentials()); n != 2 {
+		t.Fatalf("team-a lists %d credentials after the refusals; want its 2", n)
+	}
+	if err := add(asB, "a3", "sk-b"); err != nil {
+		t.Fatalf("team-b's first credential: %v", err)
+	}
+	for i := range 3 {
+		if err := add(asOps, fmt.Sprintf("server%d", i), "sk-server"); err != nil {
+			t.Fatalf("an admin's server credential %d: %v", i, err)
+		}
+	}
+	if _, err := ts.creds.DeleteCredential(asA, &agentdv1.DeleteCredentialRequest{CredentialId: "a1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := add(asA, "a3", "sk-a3"); err != nil {
+		t.Fatalf("a credential after a delete made room: %v", err)
+	}
+	wantCode(t, "a 64 KiB + 1 secret", add(asB, "big", strings.Repeat("k", 64<<10+1)), codes.InvalidArgument,
+		"secret: is 65537 bytes, more than 65536")
 }

@@ -222,7 +222,8 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 	// Its stream workers run from here on, served or not.
 	undo = append(undo, func() error { s.grpcSrv.Stop(); return nil })
 	s.tickets = token.NewTickets(cfg.HTTP.TicketKey, cfg.HTTP.TicketTTLMs.Duration(), s.now)
-	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, pages: s.tickets.Pages(), drain: s.drain}
+	s.agent = &agentService{sessions: s.sessions, tickets: s.tickets, pages: s.tickets.Pages(), drain: s.drain,
+		followers: newStreamSlots(cfg.Limits.MaxStreamsPerTenant)}
 	agentdv1.RegisterAgentServiceServer(s.grpcSrv, s.agent)
 	agentdv1.RegisterCredentialServiceServer(s.grpcSrv, &credentialService{store: s.creds, providers: providerNames})
 	s.health = health.NewServer()

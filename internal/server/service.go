@@ -26,6 +26,9 @@ type agentService struct {
 	tickets  *token.Tickets
 	pages    *token.Pages
 	drain    context.Context // done when the server drains
+	// followers bounds each tenant's StreamEvents streams on this replica
+	// (a Prompt stream is bounded by the tenant's running prompts).
+	followers *streamSlots
 }
 
 // maxPageBytes bounds a listing's page: it holds items while their
@@ -185,6 +188,11 @@ func (a *agentService) Prompt(req *agentdv1.PromptRequest, stream grpc.ServerStr
 }
 
 func (a *agentService) StreamEvents(req *agentdv1.StreamEventsRequest, stream grpc.ServerStreamingServer[agentdv1.Event]) error {
+	tenant := tenantOf(stream.Context())
+	if err := a.followers.take(tenant); err != nil {
+		return err
+	}
+	defer a.followers.put(tenant)
 	// Subscribed in a call of its own, so that its frame is gone while the
 	// stream is served (an idle reader's goroutine fits a smaller stack).
 	sub, err := a.subscribe(stream.Context(), req)

@@ -59,6 +59,8 @@ func ToStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, session.ErrLimit):
 		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, credstore.ErrLimit):
+		return status.Error(codes.ResourceExhausted, "limits.max_credentials_per_tenant: "+err.Error())
 	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrLogClosed):
 		return status.Error(codes.Unavailable, err.Error())
 	default:
