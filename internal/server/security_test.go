@@ -2,11 +2,13 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -17,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -604,5 +608,84 @@ func TestGRPCInvalidUTF8NamesTheField(t *testing.T) {
 	}
 	if evs := collect(t, ok); evs[len(evs)-1].GetPromptEnd().GetOutcome() != "completed" {
 		t.Fatalf("the prompt after: %v", evs[len(evs)-1])
+	}
+}
+
+// A gRPC call's metadata is bounded as the HTTP face's headers are (1 MiB):
+// the server says so in its HTTP/2 settings, and a client that sends a
+// bigger header list anyway (grpc-go's own client would refuse to) has its
+// stream reset, before any token is checked; the server goes on serving.
+func TestGRPCHeadersAreBounded(t *testing.T) {
+	ts := start(t, "")
+	ctx := testkit.Context(t)
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", ts.srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if v, has := sf.Value(http2.SettingMaxHeaderListSize); !ok || !has || v != 1<<20 {
+		t.Fatalf("the server's first frame %v: SETTINGS_MAX_HEADER_LIST_SIZE %d (set: %t); want 1 MiB", f, v, has)
+	}
+
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, h := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", "/agentd.v1.AgentService/ListSessions"},
+		{":authority", "127.0.0.1"}, {"content-type", "application/grpc"}, {"te", "trailers"}, {"x-big", strings.Repeat("a", 2<<20)}} {
+		if err := enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const frag = 16 << 10
+	b := block.Bytes()
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: b[:frag]}); err != nil {
+		t.Fatal(err)
+	}
+	for b = b[frag:]; len(b) > 0; {
+		n := min(frag, len(b))
+		if err := fr.WriteContinuation(1, n == len(b), b[:n]); err != nil {
+			break // the server may have reset the stream or closed the connection already
+		}
+		b = b[n:]
+	}
+	_ = fr.WriteData(1, true, []byte{0, 0, 0, 0, 0}) // an empty ListSessionsRequest
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			break // the connection closed: refused too
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			if f.StreamID != 1 {
+				continue
+			}
+		case *http2.GoAwayFrame:
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == 1 {
+				t.Fatalf("a call with 2 MiB of metadata was answered: %v", f.Fields)
+			}
+			continue
+		default:
+			continue
+		}
+		break
+	}
+	if _, err := ts.agent.ListSessions(ctx, &agentdv1.ListSessionsRequest{}); err != nil {
+		t.Fatalf("the server after the refused call: %v", err)
 	}
 }

@@ -204,6 +204,9 @@ func New(cfg *config.Config, log *slog.Logger, deps Deps, opts ...Option) (_ *Se
 		// No token, no read: the tap refuses before the message is read.
 		grpc.InTapHandle(auth.tap),
 		grpc.MaxRecvMsgSize(int(cfg.Limits.MaxRequestBytes)),
+		// A call's metadata is bounded as the HTTP face's headers are
+		// (grpc-go's own bound is 16 MiB, read before the tap runs).
+		grpc.MaxHeaderListSize(http.DefaultMaxHeaderBytes),
 		// A call's handler runs on one of a few long-lived goroutines
 		// when one is free (a new goroutine otherwise): their stacks are
 		// grown already, and a prompt starts sooner (added TTFT over gRPC
