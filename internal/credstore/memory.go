@@ -84,7 +84,7 @@ func (c *memCred) key() credKey { return credKey{c.Owner, c.ID} }
 func (c *memCred) blocked(now time.Time) bool { return c.until.After(now) }
 
 func (c *memCred) cred() provider.Credential {
-	return provider.Credential{ID: c.ID, Secret: c.Secret, Account: accountOf(c.Account, c.ID)}
+	return provider.Credential{ID: c.ID, Secret: c.Secret, Account: accountOf(c.Account, c.ID), Owner: c.Owner}
 }
 
 func (c *memCred) info(now time.Time) Info {

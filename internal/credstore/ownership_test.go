@@ -392,6 +392,30 @@ func runOwnership(t *testing.T, newEnv newEnvFunc) {
 		}
 	})
 
+	t.Run("PicksNameTheOwner", func(t *testing.T) {
+		// The session keeps a tenant's own key's failures to that tenant:
+		// every credential handed out says whose it is.
+		s := newEnv(t, 0).open()
+		addOwn(t, s, "", "p", "s1")
+		addOwn(t, s, "A", "p", "a1", "a2")
+		ctx := testkit.Context(t)
+		for _, tc := range []struct{ tenant, want string }{{"A", "A"}, {"C", ""}} {
+			c, ok, err := s.Pick(ctx, tc.tenant, "p")
+			if !ok || err != nil || c.Owner != tc.want {
+				t.Errorf("Pick(%s) = %+v, %t, %v; want Owner %q", tc.tenant, c, ok, err, tc.want)
+			}
+		}
+		if c, _, err := s.PickPreferred(ctx, "A", "p", "a2"); err != nil || c.ID != "a2" || c.Owner != "A" {
+			t.Errorf("PickPreferred(A, a2) = %+v, %v", c, err)
+		}
+		if sw := limitedAs(t, s, "A", "a1", time.Hour); !sw.Switched || sw.To.ID != "a2" || sw.To.Owner != "A" {
+			t.Errorf("A's a1 limited: %+v; want a switch to its own a2", sw)
+		}
+		if sw := limitedAs(t, s, "A", "a2", time.Hour); !sw.Switched || sw.To.ID != "s1" || sw.To.Owner != "" {
+			t.Errorf("A's a2 limited: %+v; want a switch to the server's s1", sw)
+		}
+	})
+
 	t.Run("OwnerLimit", func(t *testing.T) {
 		// Several instances (replicas, for Redis) race to add a tenant's
 		// credentials: exactly testMaxPerOwner of them land.

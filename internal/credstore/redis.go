@@ -684,12 +684,12 @@ func (r *Redis) parsePick(tenant, providerName string, res []any) (provider.Cred
 		// has not restored it yet. The local view answers either way.
 		return r.local.Pick(context.Background(), tenant, providerName)
 	case len(res) == 5 && num(res[0]) == 1:
-		id := str(res[1])
-		s, err := r.seal.open(providerName, ownerIf(res[3], tenant), id, str(res[2]))
+		id, owner := str(res[1]), ownerIf(res[3], tenant)
+		s, err := r.seal.open(providerName, owner, id, str(res[2]))
 		if err != nil {
 			return provider.Credential{}, true, err
 		}
-		return provider.Credential{ID: id, Secret: s, Account: accountOf(str(res[4]), id)}, true, nil
+		return provider.Credential{ID: id, Secret: s, Account: accountOf(str(res[4]), id), Owner: owner}, true, nil
 	case len(res) == 2 && num(res[0]) == 0:
 		in := time.Duration(num(res[1])) * time.Millisecond
 		return provider.Credential{}, true, &AllBlockedError{Provider: providerName, Until: r.now().Add(in), In: in}
@@ -776,7 +776,7 @@ func (r *Redis) usageLimitedRedis(ctx context.Context, tenant, providerName, cre
 		if err != nil {
 			return Switch{}, err
 		}
-		sw = Switch{Switched: true, To: provider.Credential{ID: to, Secret: s, Account: accountOf(str(res[len(res)-1]), to)}}
+		sw = Switch{Switched: true, To: provider.Credential{ID: to, Secret: s, Account: accountOf(str(res[len(res)-1]), to), Owner: toOwner}}
 		left = ms(res[3])
 		if status == 2 {
 			sw.Redeemed, sw.BankedLeft = true, int(num(res[4]))

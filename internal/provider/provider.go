@@ -165,6 +165,11 @@ type Credential struct {
 	// of one account share it; empty: the credential is an account of its
 	// own (see AccountName).
 	Account string
+	// Owner is the tenant that owns the credential ("bring your own
+	// key"); empty for a server credential, which serves every tenant.
+	// Providers do not use it: the session keeps what a tenant's own key
+	// suffers (its rate limits and quotas) to that tenant.
+	Owner string
 }
 
 // AccountName is the credential's account: Account, else its ID (a

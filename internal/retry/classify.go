@@ -193,6 +193,12 @@ type Verdict struct {
 	// server error. Zero for other classes (refusals and stale replays record
 	// no cooldown).
 	Cooldown time.Duration
+	// KeyScoped, for transient and usage-limit failures (Underlying), says
+	// the failure is the credential's account's own rather than the
+	// model's: a rate limit or a quota by its wording, or a usage limit or
+	// a 429 that names no other reason. A model's capacity and a server's
+	// failure are not, whatever their status.
+	KeyScoped bool
 	// Reason says in a few words why, for logs and `agentd classify`.
 	Reason string
 	// Stale, for a stale replay (Underlying ClassStaleReplay), says what
@@ -365,6 +371,13 @@ func Classify(f Failure, now time.Time) Verdict {
 		if bedrockDaily && !hasHint {
 			v.UsageWindow = bedrockDailyWindow(now)
 			v.Cooldown = v.UsageWindow
+		}
+		switch lr {
+		case reasonRate, reasonQuota:
+			v.KeyScoped = true
+		case reasonUnknown:
+			v.KeyScoped = class == ClassUsageLimit ||
+				c.status == http.StatusTooManyRequests || c.textStatus == http.StatusTooManyRequests
 		}
 	}
 	if f.ObservableOutput || strings.EqualFold(strings.TrimSpace(f.StopDetails), StopDetailStreamInterrupted) {

@@ -596,6 +596,28 @@ func TestClassifyVerdictDetails(t *testing.T) {
 			t.Errorf("got %s window %v, want usage_limit 1m", v.Class, v.UsageWindow)
 		}
 	})
+	t.Run("key-scoped", func(t *testing.T) {
+		for _, tc := range []struct {
+			f    Failure
+			want bool
+		}{
+			{failure("429 rate_limit_error: Number of request tokens has exceeded your per-minute rate limit", status(429), typ("rate_limit_error")), true},
+			{failure("Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 30000, Requested 10. Please try again in 20ms.", status(429), code("rate_limit_exceeded")), true},
+			{failure("You exceeded your current quota, please check your plan and billing details.", status(429), code("insufficient_quota")), true},
+			{failure("You've hit your usage limit. Try again in ~158 min."), true},
+			{failure("Too Many Requests", status(429)), true},
+			{failure("529 overloaded_error: Overloaded", status(529), typ("overloaded_error")), false},
+			{failure("The engine is currently overloaded, please try again later", status(429)), false},
+			{failure("429 RESOURCE_EXHAUSTED: model capacity reached"), false},
+			{failure("500 api_error: Internal server error", status(500), typ("api_error")), false},
+			{failure("503 Service Unavailable", status(503)), false},
+			{failure("400 invalid_request_error: max_tokens: must be positive", status(400)), false},
+		} {
+			if v := Classify(tc.f, testNow); v.KeyScoped != tc.want {
+				t.Errorf("%q (%s, %s): KeyScoped = %t, want %t", tc.f.ErrorMessage, v.Class, v.Reason, v.KeyScoped, tc.want)
+			}
+		}
+	})
 	t.Run("cooldown estimates", func(t *testing.T) {
 		for msg, want := range map[string]time.Duration{
 			"502 Bad Gateway":      5 * time.Minute,

@@ -68,9 +68,10 @@ func (s *Session) suppressed(ctx context.Context, model string) bool {
 }
 
 // tryFallback is step 8 of the retry flow: put the current model in
-// cooldown (not for refusals) and switch to the next model of the chain
-// that is not cooling down. It reports whether a fallback was applied.
-func (s *Session) tryFallback(ctx context.Context, promptID string, settings retry.Settings, v retry.Verdict) bool {
+// cooldown (not for refusals, nor for a private failure: the tenant's own
+// key's, see turn.private) and switch to the next model of the chain that
+// is not cooling down. It reports whether a fallback was applied.
+func (s *Session) tryFallback(ctx context.Context, promptID string, settings retry.Settings, v retry.Verdict, private bool) bool {
 	s.mu.Lock()
 	current, role, primary := s.model, s.role, s.primary
 	if s.fallback != nil {
@@ -79,7 +80,7 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 	s.mu.Unlock()
 
 	refusal := v.Class == retry.ClassRefusal
-	if !refusal && s.m.opts.Cooldowns != nil {
+	if !refusal && !private && s.m.opts.Cooldowns != nil {
 		cooldown := s.cooldownFor(v)
 		if err := s.m.opts.Cooldowns.Suppress(ctx, current, s.m.opts.Now().Add(cooldown)); err != nil {
 			s.m.log.Warn("cooldown not recorded", "session", s.id, "model", current, "err", err)

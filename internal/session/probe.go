@@ -87,7 +87,8 @@ func (s *Session) settle(h heldProbe, outcome string, cooldown time.Duration) {
 // just ended was it: a success closes the model's circuit, a retryable
 // failure of the model (transient) cools it down again for longer, and
 // anything else — an abort, a non-retryable error, a usage limit of the
-// credential, an overflow — proves nothing and releases it.
+// credential, a rate limit of the tenant's own key, an overflow — proves
+// nothing and releases it.
 func (s *Session) settleProbeCall(model string, t *turn) {
 	s.mu.Lock()
 	h := s.probe
@@ -100,7 +101,7 @@ func (s *Session) settleProbeCall(model string, t *turn) {
 	outcome, cooldown := ProbeReleased, time.Duration(0)
 	switch t.Message.StopReason {
 	case provider.StopError:
-		if t.verdict.Class == retry.ClassTransient {
+		if t.verdict.Class == retry.ClassTransient && !t.private() {
 			outcome, cooldown = ProbeFailure, s.cooldownFor(t.verdict)
 		}
 	case provider.StopAborted:

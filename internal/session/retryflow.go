@@ -234,7 +234,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	// replay or a reasonless abort).
 	fellBack := false
 	if !switched && settings.ModelFallback && allowFallback && v.Class != retry.ClassStaleReplay {
-		fellBack = s.tryFallback(ctx, promptID, settings, v)
+		fellBack = s.tryFallback(ctx, promptID, settings, v, t.private())
 		switched = fellBack
 	}
 	if v.Class == retry.ClassRefusal && !fellBack {
@@ -262,8 +262,9 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 		return false, final, stopNone
 	}
 	// The retry budget: a retry of the same target spends from the model's
-	// budget, and one it refuses ends the chain.
-	if b := s.m.opts.Budget; b != nil && spendsBudget(switched, reasoningFix, t.allBlocked, v) && !b.Retry(ctx, model) {
+	// budget, and one it refuses ends the chain. A retry after the
+	// tenant's own key's rate limit is that tenant's (turn.private).
+	if b := s.m.opts.Budget; b != nil && !t.private() && spendsBudget(switched, reasoningFix, t.allBlocked, v) && !b.Retry(ctx, model) {
 		final := fmt.Sprintf("%s for %s (%s). Original error: %s", finalBudget, model, v.Class, errMsg)
 		s.mu.Lock()
 		s.endChainLocked(promptID, chainEnd{outcome: ChainBudgetExhausted, attempt: attempt, final: final})

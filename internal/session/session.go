@@ -752,7 +752,17 @@ type turn struct {
 	// until the earliest blocked one frees up.
 	allBlocked    bool
 	allBlockedFor time.Duration
+	// ownKey: the call was made with a credential of the session's tenant's
+	// own, not the server's.
+	ownKey bool
 }
+
+// private reports that the call failed on the tenant's own key for a
+// cause of that key's account (a rate limit, a quota): what the fleet
+// shares of a failing model (the cooldown, its probe, the retry budget)
+// learns nothing of it, so that one tenant's key never sends another
+// tenant's sessions off a model or spends their retries.
+func (t *turn) private() bool { return t.ownKey && t.verdict.KeyScoped }
 
 // callModel makes one model call, in a span of its own when the prompt is
 // traced.
@@ -847,6 +857,7 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 		s.emitDelta(promptID, d)
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
+	t.ownKey = req.Credential.Owner != ""
 	s.settleProbeCall(model, &t)
 	if p.Pace && t.RateLimit != nil && req.Credential.ID != "" && t.Message.StopReason != provider.StopError {
 		s.pace(ctx, p.Name, req.Credential.ID, t.RateLimit)

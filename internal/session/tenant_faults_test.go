@@ -1,0 +1,159 @@
+package session_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/agentd/agentd/internal/cooldown"
+	"github.com/agentd/agentd/internal/credstore"
+	"github.com/agentd/agentd/internal/provider"
+	"github.com/agentd/agentd/internal/provider/sim"
+	"github.com/agentd/agentd/internal/retry"
+	"github.com/agentd/agentd/internal/retrybudget"
+	"github.com/agentd/agentd/internal/session"
+)
+
+// tenantFaultManager serves sim/echo (chain → sim/backup, with fallback as
+// given) with the fleet's shared memories of a failing model, the cooldown
+// registry and a retry budget of 4 tokens (two retries), and two
+// credentials of sim: the server's srv and tenant A's own a1.
+func tenantFaultManager(t *testing.T, fallback bool) (*session.Manager, *cooldown.Memory, *retrybudget.Memory, *recorder) {
+	t.Helper()
+	store := credstore.NewMemory(credstore.MemoryOptions{})
+	for _, c := range []credstore.Credential{{ID: "srv", Secret: "sk-srv"}, {ID: "a1", Secret: "sk-a1", Owner: "A"}} {
+		c.Provider = "sim"
+		if _, err := store.Add(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settings := retry.DefaultSettings()
+	settings.ModelFallback = fallback
+	settings.FallbackChains = map[string][]string{"default": {"sim/backup"}}
+	reg := cooldown.NewMemory(nil)
+	budget := retrybudget.NewMemory(retry.Budget{MaxTokens: 4, TokenRatio: 0.1})
+	rec := &recorder{Provider: sim.New(sim.Options{})}
+	m := session.NewManager(session.Options{
+		Providers:   []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"}, Client: rec}},
+		Retry:       settings,
+		Credentials: store,
+		Cooldowns:   reg,
+		Budget:      memBudget{budget},
+		Rand:        func() float64 { return 1 },
+	})
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m, reg, budget, rec
+}
+
+func sessionOf(t *testing.T, m *session.Manager, tenant string) *session.Session {
+	t.Helper()
+	s, err := m.Create(context.Background(), tenant, session.CreateParams{Model: "sim/echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func cooling(t *testing.T, reg *cooldown.Memory, model string) bool {
+	t.Helper()
+	until, err := reg.SuppressedUntil(context.Background(), model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !until.IsZero()
+}
+
+// A rate limit of a tenant's own key is that tenant's: its session falls
+// back as always, but the model cools down for nobody, so the other
+// tenants' sessions stay on it. The same rate limit on the server's key,
+// which every tenant shares, and an overloaded model on anyone's key cool
+// the model down for all, as before.
+func TestOwnKeysRateLimitCoolsNoOneElse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, reg, _, rec := tenantFaultManager(t, true)
+		a, b := sessionOf(t, m, "A"), sessionOf(t, m, "B")
+
+		evs := prompt(t, m, a, "[[faults: 429,ok]]")
+		if fb := only(evs, session.EventRetryFallbackApplied); len(fb) != 1 || fb[0].To != "sim/backup" || last(evs).Outcome != session.OutcomeCompleted {
+			t.Fatalf("A after its own key's 429: %s %+v", kinds(evs), last(evs))
+		}
+		if got := credIDs(rec.requests()); got[0] != "a1" {
+			t.Fatalf("A's first call used %v; want its own a1", got)
+		}
+		if cooling(t, reg, "sim/echo") {
+			t.Fatal("sim/echo cools down for every tenant after a rate limit of A's own key")
+		}
+		evs = prompt(t, m, b, "hi")
+		if n := len(only(evs, session.EventModelChange)); n != 0 || b.State().Model != "sim/echo" {
+			t.Fatalf("B moved off sim/echo: %s", kinds(evs))
+		}
+
+		// The server's key: shared, so the fleet learns of it.
+		evs = prompt(t, m, b, "[[faults: 429,ok]]")
+		if only(evs, session.EventMessageStart)[0].Credential != "srv" || !cooling(t, reg, "sim/echo") {
+			t.Fatalf("B's 429 on the server's key (%s) did not cool sim/echo", kinds(evs))
+		}
+
+		// An overloaded model on A's own key is the model's, not the key's.
+		time.Sleep(10 * time.Minute)
+		if cooling(t, reg, "sim/echo") {
+			t.Fatal("sim/echo still cooling after 10 minutes")
+		}
+		a2 := sessionOf(t, m, "A")
+		evs = prompt(t, m, a2, "[[faults: 529,ok]]")
+		if only(evs, session.EventMessageStart)[0].Credential != "a1" || !cooling(t, reg, "sim/echo") {
+			t.Fatalf("A's 529 on its own key (%s) did not cool sim/echo", kinds(evs))
+		}
+	})
+}
+
+// A session that probes a model whose cooldown ended, and fails on its
+// tenant's own key's rate limit, proves nothing of the model: the probe is
+// released, not failed, and the next session calls the model.
+func TestOwnKeysRateLimitReleasesTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, reg, _, _ := tenantFaultManager(t, true)
+		cool(t, reg, time.Minute, "sim/echo")
+		time.Sleep(time.Minute + time.Second)
+		a, b := sessionOf(t, m, "A"), sessionOf(t, m, "B")
+		evs := prompt(t, m, a, "[[faults: 429,ok]]")
+		if ms := only(evs, session.EventMessageStart); ms[0].Model != "sim/echo" || ms[0].Credential != "a1" {
+			t.Fatalf("A's first call %+v; want the probe of sim/echo on a1", ms[0])
+		}
+		if cooling(t, reg, "sim/echo") {
+			t.Fatal("A's own key's rate limit failed the probe: sim/echo cools again")
+		}
+		evs = prompt(t, m, b, "hi")
+		if n := len(only(evs, session.EventModelChange)); n != 0 || only(evs, session.EventMessageStart)[0].Model != "sim/echo" {
+			t.Fatalf("B after A's released probe: %s", kinds(evs))
+		}
+	})
+}
+
+// Retries after a rate limit of a tenant's own key spend nothing of the
+// model's shared retry budget (its bound is the tenant's own account's
+// limit): the other tenants keep their retries.
+func TestOwnKeysRateLimitSpendsNoSharedBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, _, budget, _ := tenantFaultManager(t, false)
+		a, b := sessionOf(t, m, "A"), sessionOf(t, m, "B")
+		evs := prompt(t, m, a, "[[faults: 429,429,429,429,ok]]")
+		if n := len(only(evs, session.EventAutoRetryStart)); n != 4 || last(evs).Outcome != session.OutcomeCompleted {
+			t.Fatalf("A's retries on its own key: %s %+v", kinds(evs), last(evs))
+		}
+		if l, _ := budget.Levels(context.Background()); l["sim/echo"] != 0 && l["sim/echo"] != 4 {
+			t.Fatalf("budget levels = %v; want sim/echo untouched", l)
+		}
+		evs = prompt(t, m, b, "[[faults: 529,529,ok]]")
+		if n := len(only(evs, session.EventAutoRetryStart)); n != 2 || last(evs).Outcome != session.OutcomeCompleted {
+			t.Fatalf("B's retries after A's: %s %+v", kinds(evs), last(evs))
+		}
+		// B's two retries spent two tokens and its success credited 0.1:
+		// A's four spent none.
+		if l, _ := budget.Levels(context.Background()); math.Abs(l["sim/echo"]-2.1) > 1e-9 {
+			t.Fatalf("budget levels = %v; want sim/echo at 2.1", l)
+		}
+	})
+}
