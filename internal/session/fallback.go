@@ -49,10 +49,14 @@ func chainFor(settings retry.Settings, role, primary string) []string {
 	return chain
 }
 
-// suppressed reports whether model is cooling down now — or, with a
-// registry that probes (Prober), whether its probe is someone else's: a
-// false answer may make this session the model's probe.
+// suppressed reports whether model is cooling down now, for every tenant
+// or for the session's own after its key's failure — or, with a registry
+// that probes (Prober), whether its probe is someone else's: a false
+// answer may make this session the model's probe.
 func (s *Session) suppressed(ctx context.Context, model string) bool {
+	if s.m.ownCooldowns.cooling(s.tenant, model, s.m.opts.Now()) {
+		return true
+	}
 	if s.m.opts.Cooldowns == nil {
 		return false
 	}
@@ -68,9 +72,10 @@ func (s *Session) suppressed(ctx context.Context, model string) bool {
 }
 
 // tryFallback is step 8 of the retry flow: put the current model in
-// cooldown (not for refusals, nor for a private failure: the tenant's own
-// key's, see turn.private) and switch to the next model of the chain that
-// is not cooling down. It reports whether a fallback was applied.
+// cooldown (not for refusals; for a private failure, the tenant's own
+// key's (turn.private), in that tenant's cooldowns only) and switch to the
+// next model of the chain that is not cooling down. It reports whether a
+// fallback was applied.
 func (s *Session) tryFallback(ctx context.Context, promptID string, settings retry.Settings, v retry.Verdict, private bool) bool {
 	s.mu.Lock()
 	current, role, primary := s.model, s.role, s.primary
@@ -80,7 +85,12 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 	s.mu.Unlock()
 
 	refusal := v.Class == retry.ClassRefusal
-	if !refusal && !private && s.m.opts.Cooldowns != nil {
+	switch {
+	case refusal:
+	case private:
+		now := s.m.opts.Now()
+		s.m.ownCooldowns.cool(s.tenant, current, now.Add(s.cooldownFor(v)), now)
+	case s.m.opts.Cooldowns != nil:
 		cooldown := s.cooldownFor(v)
 		if err := s.m.opts.Cooldowns.Suppress(ctx, current, s.m.opts.Now().Add(cooldown)); err != nil {
 			s.m.log.Warn("cooldown not recorded", "session", s.id, "model", current, "err", err)

@@ -199,6 +199,9 @@ type Manager struct {
 	events EventStream
 	bus    ControlBus
 
+	// ownCooldowns: the cooldowns of tenants' own keys' failures.
+	ownCooldowns tenantCooldowns
+
 	// ownStore: the store is this process's own (Options.Shared nil), so
 	// nothing outlives the process: a shutdown hands no retry over, and
 	// the registry keeps every session (it is the only copy's index).

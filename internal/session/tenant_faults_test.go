@@ -66,7 +66,8 @@ func cooling(t *testing.T, reg *cooldown.Memory, model string) bool {
 }
 
 // A rate limit of a tenant's own key is that tenant's: its session falls
-// back as always, but the model cools down for nobody, so the other
+// back as always, and the model cools down for that tenant's sessions
+// only (they stay off it for the cooldown, then go back), so the other
 // tenants' sessions stay on it. The same rate limit on the server's key,
 // which every tenant shares, and an overloaded model on anyone's key cool
 // the model down for all, as before.
@@ -88,6 +89,21 @@ func TestOwnKeysRateLimitCoolsNoOneElse(t *testing.T) {
 		evs = prompt(t, m, b, "hi")
 		if n := len(only(evs, session.EventModelChange)); n != 0 || b.State().Model != "sim/echo" {
 			t.Fatalf("B moved off sim/echo: %s", kinds(evs))
+		}
+		// A's sessions keep off it for the cooldown (30 s for a rate
+		// limit): A's stays on the fallback, a new one starts off it.
+		evs = prompt(t, m, a, "again")
+		if n := len(only(evs, session.EventModelChange)); n != 0 || a.State().Model != "sim/backup" {
+			t.Fatalf("A went back to sim/echo during its key's cooldown: %s", kinds(evs))
+		}
+		evs = prompt(t, m, sessionOf(t, m, "A"), "hi")
+		if mc := only(evs, session.EventModelChange); len(mc) != 1 || mc[0].To != "sim/backup" || mc[0].Reason != session.ChangeCooldown {
+			t.Fatalf("A's new session during its key's cooldown: %s", kinds(evs))
+		}
+		time.Sleep(31 * time.Second)
+		evs = prompt(t, m, a, "later")
+		if mc := only(evs, session.EventModelChange); len(mc) != 1 || mc[0].To != "sim/echo" || mc[0].Reason != session.ChangeRevert {
+			t.Fatalf("A after its key's cooldown: %s", kinds(evs))
 		}
 
 		// The server's key: shared, so the fleet learns of it.
