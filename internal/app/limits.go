@@ -16,5 +16,6 @@ func sessionLimits(l config.Limits) session.Limits {
 		MaxSystemPromptBytes:          l.MaxSystemPromptBytes,
 		MinBaseDelay:                  l.MinBaseDelayMs.Duration(),
 		MaxRetriesCap:                 l.MaxRetriesCap,
+		MaxHistoryBytes:               l.MaxHistoryBytes,
 	}
 }

@@ -96,6 +96,9 @@ type Limits struct {
 	// MaxCredentialsPerTenant bounds the credentials a tenant owns of one
 	// provider (its own keys; the server's are not bounded).
 	MaxCredentialsPerTenant int `yaml:"max_credentials_per_tenant"`
+	// MaxHistoryBytes bounds a session's persisted history: a prompt to a
+	// session whose history holds as much is refused.
+	MaxHistoryBytes int64 `yaml:"max_history_bytes"`
 }
 
 // HTTP tunes the HTTP face for web frontends: CORS, SSE heartbeats and the
@@ -398,6 +401,7 @@ const (
 	DefaultMaxRetriesCap                 = 20
 	DefaultMaxStreamsPerTenant           = 1000
 	DefaultMaxCredentialsPerTenant       = 100
+	DefaultMaxHistoryBytes               = 64 << 20
 )
 
 // Load reads and validates the file at path.
@@ -738,6 +742,7 @@ func (l *Limits) finish(maxPromptBytes int) error {
 	orDefault(&l.MaxRetriesCap, DefaultMaxRetriesCap)
 	orDefault(&l.MaxStreamsPerTenant, DefaultMaxStreamsPerTenant)
 	orDefault(&l.MaxCredentialsPerTenant, DefaultMaxCredentialsPerTenant)
+	orDefault(&l.MaxHistoryBytes, DefaultMaxHistoryBytes)
 	switch {
 	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > 1<<30:
 		return fmt.Errorf("config: limits.max_request_bytes: must be between 4096 and %d, got %d", 1<<30, l.MaxRequestBytes)
@@ -761,6 +766,8 @@ func (l *Limits) finish(maxPromptBytes int) error {
 		return fmt.Errorf("config: limits.max_streams_per_tenant: must be > 0, got %d", l.MaxStreamsPerTenant)
 	case l.MaxCredentialsPerTenant < 0:
 		return fmt.Errorf("config: limits.max_credentials_per_tenant: must be > 0, got %d", l.MaxCredentialsPerTenant)
+	case l.MaxHistoryBytes < 0:
+		return fmt.Errorf("config: limits.max_history_bytes: must be > 0, got %d", l.MaxHistoryBytes)
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestDefaults(t *testing.T) {
 		!s.ModelFallback || s.FallbackRevertPolicy != "cooldown-expiry" {
 		t.Fatalf("retry defaults = %+v", s)
 	}
-	if l := c.Limits; l.MaxStreamsPerTenant != 1000 || l.MaxCredentialsPerTenant != 100 || l.MaxSessionsPerTenant != 1000 {
+	if l := c.Limits; l.MaxStreamsPerTenant != 1000 || l.MaxCredentialsPerTenant != 100 || l.MaxSessionsPerTenant != 1000 || l.MaxHistoryBytes != 64<<20 {
 		t.Fatalf("limits defaults = %+v", l)
 	}
 }
@@ -144,6 +144,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"retry: {budget: {max_tokens: 10, tokens: 3}}", "retry.budget.tokens: unknown key"},
 		{"limits: {max_streams_per_tenant: -1}", "config: limits.max_streams_per_tenant: must be > 0, got -1"},
 		{"limits: {max_credentials_per_tenant: -2}", "config: limits.max_credentials_per_tenant: must be > 0, got -2"},
+		{"limits: {max_history_bytes: -3}", "config: limits.max_history_bytes: must be > 0, got -3"},
 	} {
 		_, err := Parse(strings.NewReader(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -254,3 +254,29 @@ func TestStreamsAndCredentialsPerTenant(t *testing.T) {
 	wantCode(t, "a 64 KiB + 1 secret", add(asB, "big", strings.Repeat("k", 64<<10+1)), codes.InvalidArgument,
 		"secret: is 65537 bytes, more than 65536")
 }
+
+// A session whose history holds limits.max_history_bytes: its next prompt
+// is 429 naming the limit, over REST and gRPC; the history keeps what it
+// had.
+func TestHistoryLimitOverGRPCAndREST(t *testing.T) {
+	ts := start(t, webAuth+"limits: {max_history_bytes: 3000}\n")
+	ctx := testkit.Context(t)
+	id := webSession(t, ctx, ts.baseURL, webTokenA)
+	resp := webReq(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"`+strings.Repeat("z", 1500)+`"}`, webTokenA, sseAccept)
+	newWebFrames(t, resp.Body).until("prompt_end")
+	resp.Body.Close()
+	const prefix = "limits.max_history_bytes: the session's history holds "
+	wantStatus(t, webReq(t, ctx, "POST", ts.baseURL+"/v1/sessions/"+id+":prompt", `{"text":"more"}`, webTokenA, sseAccept),
+		http.StatusTooManyRequests, codes.ResourceExhausted, prefix)
+	asA := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+webTokenA)
+	stream, err := ts.agent.Prompt(asA, &agentdv1.PromptRequest{SessionId: id, Text: "more"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.HasPrefix(st.Message(), prefix) {
+		t.Fatalf("gRPC prompt past the history's limit: %v", err)
+	}
+	if n := len(must(ts.agent.ListMessages(asA, &agentdv1.ListMessagesRequest{SessionId: id})).GetMessages()); n != 2 {
+		t.Fatalf("history after the refusals: %d entries; want 2", n)
+	}
+}

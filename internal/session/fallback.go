@@ -88,8 +88,10 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 	switch {
 	case refusal:
 	case private:
-		now := s.m.opts.Now()
-		s.m.ownCooldowns.cool(s.tenant, current, now.Add(s.cooldownFor(v)), now)
+		now, cooldown := s.m.opts.Now(), s.cooldownFor(v)
+		s.m.ownCooldowns.cool(s.tenant, current, now.Add(cooldown), now)
+		s.m.log.Info("the tenant's own key is limited: the model cools for the tenant's sessions only",
+			"session", s.id, "model", current, "cooldown", cooldown)
 	case s.m.opts.Cooldowns != nil:
 		cooldown := s.cooldownFor(v)
 		if err := s.m.opts.Cooldowns.Suppress(ctx, current, s.m.opts.Now().Add(cooldown)); err != nil {

@@ -29,6 +29,32 @@ type ModelChange struct {
 // RoleModelChange is the role of a model_change history entry.
 const RoleModelChange = "model_change"
 
+// entryOverhead is what entrySize counts for an entry besides its strings:
+// its index, time, ids and the encoding's field names, about.
+const entryOverhead = 128
+
+// entrySize is what limits.max_history_bytes counts of e: the bytes of
+// every string it holds (texts, thinking, signatures, reasoning state,
+// tool calls' inputs and results, errors) and entryOverhead. It leaves the
+// encoding out, so that both stores count alike and nothing is encoded to
+// count it; a Redis store holds somewhat more.
+func entrySize(e Entry) int64 {
+	m := &e.Message
+	n := entryOverhead + len(m.Role) + len(m.Model) + len(m.StopReason) + len(m.ErrorMessage) + len(m.StopDetails) + len(e.PromptID)
+	for i := range m.Content {
+		b := &m.Content[i]
+		n += len(b.Type) + len(b.Text) + len(b.Signature) + len(b.Data) + len(b.ReasoningID) + len(b.EncryptedContent) +
+			len(b.ToolCallID) + len(b.ToolName) + len(b.ToolInput)
+		for _, s := range b.Summary {
+			n += len(s)
+		}
+	}
+	if c := e.ModelChange; c != nil {
+		n += len(c.From) + len(c.To) + len(c.Reason)
+	}
+	return int64(n)
+}
+
 // History persists sessions' histories: a part of every Shared store
 // (MemoryStore, Redis).
 type History interface {

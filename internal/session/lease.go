@@ -48,7 +48,13 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string, user provi
 	}
 	// The user message, stored by Start at the end of the history it read.
 	idx := int64(res.Record.MessageCount)
-	if err := s.applyLocked(ctx, res.Record); err != nil {
+	err = s.applyLocked(ctx, res.Record)
+	if limit := s.m.opts.Limits.MaxHistoryBytes; err == nil && s.histBytes >= limit {
+		// Counted over the history as the store holds it, which the
+		// start brought this copy up to.
+		err = historyLimitError(s.histBytes, limit)
+	}
+	if err != nil {
 		// The prompt does not start: nor does its message stay.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.m.leaseTTL())
 		if uerr := s.m.leases.Unappend(uctx, s.id, idx); uerr != nil {
@@ -59,6 +65,7 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string, user provi
 		return err
 	}
 	s.entries = res.Record.MessageCount + 1
+	s.histBytes += entrySize(*first)
 	s.context = append(s.context, user)
 	s.ctxIndex = append(s.ctxIndex, idx)
 	if (picked.OK || picked.None) && pick.Provider == s.m.providerOf(s.model).Name {
@@ -163,7 +170,9 @@ func (s *Session) applyLocked(ctx context.Context, rec Record) error {
 			return unavailable("load history", err)
 		}
 		s.context, s.ctxIndex = s.context[:0], s.ctxIndex[:0]
+		s.histBytes = 0
 		for _, e := range entries {
+			s.histBytes += entrySize(e)
 			if e.ModelChange != nil || e.Message.Role == RoleModelChange || slices.Contains(stripped, e.Index) {
 				continue
 			}

@@ -28,6 +28,10 @@ type Limits struct {
 	// MaxRetriesCap is the most retry.max_retries a session's overrides
 	// may ask for (limits.max_retries_cap).
 	MaxRetriesCap int
+	// MaxHistoryBytes bounds a session's persisted history: a prompt to a
+	// session whose history holds this much (by entrySize) is refused
+	// (limits.max_history_bytes).
+	MaxHistoryBytes int64
 }
 
 // DefaultLimits are the limits of a zero Limits field: the configuration's
@@ -40,6 +44,7 @@ func DefaultLimits() Limits {
 		MaxSystemPromptBytes:          256 << 10,
 		MinBaseDelay:                  100 * time.Millisecond,
 		MaxRetriesCap:                 20,
+		MaxHistoryBytes:               64 << 20,
 	}
 }
 
@@ -56,6 +61,9 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxTools, d.MaxTools)
 	def(&l.MaxSystemPromptBytes, d.MaxSystemPromptBytes)
 	def(&l.MaxRetriesCap, d.MaxRetriesCap)
+	if l.MaxHistoryBytes <= 0 {
+		l.MaxHistoryBytes = d.MaxHistoryBytes
+	}
 	if l.MinBaseDelay <= 0 {
 		l.MinBaseDelay = d.MinBaseDelay
 	}
@@ -71,6 +79,7 @@ const (
 	LimitSystemPromptBytes = "limits.max_system_prompt_bytes"
 	LimitMinBaseDelay      = "limits.min_base_delay_ms"
 	LimitMaxRetriesCap     = "limits.max_retries_cap"
+	LimitHistoryBytes      = "limits.max_history_bytes"
 )
 
 // LimitError is a tenant at one of its limits: errors.Is(err, ErrLimit)
@@ -94,6 +103,11 @@ func sessionsLimitError(n int) error {
 func promptsLimitError(n int) error {
 	return &LimitError{Limit: LimitPromptsPerTenant,
 		Msg: fmt.Sprintf("tenant has %d prompts running, the limit; wait for one's prompt_end", n)}
+}
+
+func historyLimitError(n, limit int64) error {
+	return &LimitError{Limit: LimitHistoryBytes,
+		Msg: fmt.Sprintf("the session's history holds %d bytes, the limit is %d; start a new session", n, limit)}
 }
 
 // checkRetryCaps bounds a session's retry overrides.

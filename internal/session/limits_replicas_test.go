@@ -2,7 +2,9 @@ package session_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -264,5 +266,28 @@ func (s *takeoverSignal) Takeover(outcome string) {
 		case s.resumed <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// limits.max_history_bytes holds for a session whatever replica its
+// prompts reach: a replica whose copy never saw the history counts it
+// from the store at the prompt's start, and refuses.
+func TestReplicasLimitHistoryBytes(t *testing.T) {
+	a, b := twoLimited(t, session.Limits{MaxHistoryBytes: 5000}, sim.Options{}, 5*time.Second)
+	id := newSession(t, a.m, "t").ID()
+	for range 3 {
+		if end := last(promptToEnd(t, get(t, a.m, id), strings.Repeat("y", 1000))); end.Outcome != session.OutcomeCompleted {
+			t.Fatalf("prompt_end = %+v", end)
+		}
+	}
+	for _, r := range []*replicaT{b, a} {
+		_, _, err := get(t, r.m, id).Prompt(t.Context(), "one more")
+		var le *session.LimitError
+		if !errors.As(err, &le) || le.Limit != session.LimitHistoryBytes {
+			t.Fatalf("a prompt past the history's limit: %v; want %s", err, session.LimitHistoryBytes)
+		}
+	}
+	if _, total, err := get(t, b.m, id).Messages(t.Context(), 0, 0); err != nil || total != 6 {
+		t.Fatalf("history after the refusals: %d entries (%v); want the 6 of three prompts", total, err)
 	}
 }

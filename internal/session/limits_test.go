@@ -295,3 +295,59 @@ func TestLimitConcurrentPrompts(t *testing.T) {
 		})
 	}
 }
+
+// A session whose history holds limits.max_history_bytes takes no more
+// prompts: ErrLimit naming it, the history, the events and the lease as
+// they were, the tenant's prompt slot free again (another session of the
+// tenant prompts at once, with one slot in all). Reading it and deleting
+// it still work.
+func TestLimitHistoryBytes(t *testing.T) {
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			m, r := limited(t, store, session.Limits{MaxHistoryBytes: 5000, MaxConcurrentPromptsPerTenant: 1}, retry.DefaultSettings())
+			s := newSession(t, m, "t")
+			text := strings.Repeat("x", 1000)
+			prompts := 0
+			for ; prompts < 10; prompts++ {
+				before, err := s.Snapshot(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, total0, _ := s.Messages(t.Context(), 0, 0)
+				_, sub, err := s.Prompt(t.Context(), text)
+				if err == nil {
+					readUntilEnd(t, sub)
+					sub.Close()
+					continue
+				}
+				var le *session.LimitError
+				if !errors.As(err, &le) || le.Limit != session.LimitHistoryBytes ||
+					!strings.HasPrefix(err.Error(), "limits.max_history_bytes: the session's history holds ") ||
+					!strings.HasSuffix(err.Error(), " bytes, the limit is 5000; start a new session") {
+					t.Fatalf("prompt %d: %v; want the history limit named", prompts+1, err)
+				}
+				after, _ := s.Snapshot(t.Context())
+				if _, total, _ := s.Messages(t.Context(), 0, 0); total != total0 || after.LastSeq != before.LastSeq || after.Status != session.StatusIdle {
+					t.Fatalf("refused prompt changed the session: %d entries (was %d), %+v (was %+v)", total, total0, after, before)
+				}
+				if r != nil {
+					if h, err := r.store.Holder(t.Context(), s.ID()); h != "" || err != nil {
+						t.Fatalf("a refused prompt left a lease held by %q (%v)", h, err)
+					}
+				}
+				break
+			}
+			// Each prompt adds about 2.3 KB (a 1000-byte message and its
+			// echo): the third passes 5000.
+			if prompts != 3 {
+				t.Fatalf("refused after %d prompts; want 3", prompts)
+			}
+			if end := last(promptToEnd(t, newSession(t, m, "t"), "fits")); end.Outcome != session.OutcomeCompleted {
+				t.Fatalf("another session of the tenant: %+v", end)
+			}
+			if err := m.Delete(t.Context(), "t", s.ID()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -81,7 +81,11 @@ type Session struct {
 	settings retry.Settings
 	context  []provider.Message // runtime context sent to the model
 	entries  int                // persisted history length
-	deleted  bool
+	// histBytes is the persisted history's size by entrySize, as far as
+	// this copy knows it: exact once it has loaded or written the
+	// history (a prompt's start loads what it has not seen).
+	histBytes int64
+	deleted   bool
 
 	// The history indexes of the context's messages,
 	// the history length the context was built from (-1: never built
@@ -466,6 +470,7 @@ func (s *Session) persistEntryLocked(ctx context.Context, e Entry) (int64, error
 		return 0, fmt.Errorf("persist history: %w", unavailable("persist history", err))
 	}
 	s.entries++
+	s.histBytes += entrySize(e)
 	return idx, nil
 }
 
