@@ -49,10 +49,10 @@ func (s *Session) acquireLocked(ctx context.Context, promptID string, user provi
 	// The user message, stored by Start at the end of the history it read.
 	idx := int64(res.Record.MessageCount)
 	err = s.applyLocked(ctx, res.Record)
-	if limit := s.m.opts.Limits.MaxHistoryBytes; err == nil && s.histBytes >= limit {
+	if err == nil {
 		// Counted over the history as the store holds it, which the
 		// start brought this copy up to.
-		err = historyLimitError(s.histBytes, limit)
+		err = s.historyFullLocked()
 	}
 	if err != nil {
 		// The prompt does not start: nor does its message stay.

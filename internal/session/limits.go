@@ -105,9 +105,15 @@ func promptsLimitError(n int) error {
 		Msg: fmt.Sprintf("tenant has %d prompts running, the limit; wait for one's prompt_end", n)}
 }
 
-func historyLimitError(n, limit int64) error {
+// historyFullLocked is the limit error of a session whose history holds
+// limits.max_history_bytes (by entrySize), nil below it.
+func (s *Session) historyFullLocked() error {
+	limit := s.m.opts.Limits.MaxHistoryBytes
+	if s.histBytes < limit {
+		return nil
+	}
 	return &LimitError{Limit: LimitHistoryBytes,
-		Msg: fmt.Sprintf("the session's history holds %d bytes, the limit is %d; start a new session", n, limit)}
+		Msg: fmt.Sprintf("the session's history holds %d bytes, the limit is %d; start a new session", s.histBytes, limit)}
 }
 
 // checkRetryCaps bounds a session's retry overrides.

@@ -351,3 +351,53 @@ func TestLimitHistoryBytes(t *testing.T) {
 		})
 	}
 }
+
+// A tool loop stops growing the history at limits.max_history_bytes too:
+// the prompt ends failed, naming the limit, after the turn whose results
+// passed it (stored, so the conversation stays well-formed), not after
+// its last turn.
+func TestLimitHistoryBytesEndsAToolLoop(t *testing.T) {
+	for _, store := range stores {
+		t.Run(store, func(t *testing.T) {
+			m, _ := limited(t, store, session.Limits{MaxHistoryBytes: 5000}, retry.DefaultSettings())
+			s, err := m.Create(t.Context(), "t", session.CreateParams{Model: "sim/echo",
+				Tools: []provider.Tool{{Name: "fetch", InputSchema: []byte(`{"type":"object"}`)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, sub, err := s.Prompt(t.Context(), "[[tools: fetch > fetch > fetch > fetch > fetch]]")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			calls := 0
+			for {
+				e, err := sub.Next(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.Type == session.EventToolCall {
+					calls++
+					if err := s.SubmitToolResults(t.Context(), []session.ToolResult{{CallID: e.ToolCall.CallID, Content: strings.Repeat("r", 1500)}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if e.Type == session.EventPromptEnd {
+					if e.Outcome != session.OutcomeFailed || !strings.HasPrefix(e.Error, "limits.max_history_bytes: the session's history holds ") {
+						t.Fatalf("prompt_end = %+v; want failed naming the history's limit", e)
+					}
+					break
+				}
+			}
+			// Each turn adds its call and a 1500-byte result: the third's
+			// results pass 5000.
+			if calls != 3 {
+				t.Fatalf("%d tool turns ran; want 3 of the 5", calls)
+			}
+			entries, _, err := s.Messages(t.Context(), 0, 100)
+			if err != nil || entries[len(entries)-1].Message.Role != provider.RoleTool {
+				t.Fatalf("the history ends with %+v (%v); want the last turn's results", entries[len(entries)-1].Message.Role, err)
+			}
+		})
+	}
+}

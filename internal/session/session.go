@@ -744,6 +744,14 @@ func (s *Session) runTurns(ctx context.Context, promptID string, call *int) (tur
 		if errText := s.awaitToolResults(ctx, promptID, calls); errText != "" {
 			return t, errText
 		}
+		// A tool loop does not grow the history past its bound either:
+		// it ends here, its results stored, before the next call.
+		s.mu.Lock()
+		full := s.historyFullLocked()
+		s.mu.Unlock()
+		if full != nil {
+			return t, full.Error()
+		}
 	}
 }
 
