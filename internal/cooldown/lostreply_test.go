@@ -53,3 +53,47 @@ func TestRedisLostReplyRunsOnce(t *testing.T) {
 		t.Fatalf("failed probes = %d, %v; want 1", n, err)
 	}
 }
+
+// A failed probe settled again (its reply lost, go-redis sending it anew)
+// after another replica's probe of the same model was settled in between
+// (the first claim expired and another replica claimed the model): the
+// first failure still counts once.
+func TestRedisSettleAgainAfterAnotherReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	direct := newClient(t, srv.Addr())
+	a := cooldown.NewRedis(newClient(t, srv.Addr()), "t:", nil)
+	b := cooldown.NewRedis(newClient(t, srv.Addr()), "t:", nil)
+	a.SetProbeTTL(time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Suppress(ctx, "p/x", time.Now().Add(5*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	var first cooldown.Admission
+	redistest.Eventually(ctx, t, "a's probe", func(ctx context.Context) (bool, error) {
+		var err error
+		first, err = a.Admit(ctx, "p/x")
+		return first.Probe, err
+	})
+	// a's claim expires before it settles; b claims the model and settles
+	// its probe (a success would close the circuit: a release leaves it).
+	var second cooldown.Admission
+	redistest.Eventually(ctx, t, "b's probe", func(ctx context.Context) (bool, error) {
+		var err error
+		second, err = b.Admit(ctx, "p/x")
+		return second.Probe, err
+	})
+	if err := a.Settle(ctx, "p/x", first.Token, cooldown.ProbeFailure, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Settle(ctx, "p/x", second.Token, cooldown.ProbeReleased, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// a's settling again, as go-redis sends it after a lost reply.
+	if err := a.Settle(ctx, "p/x", first.Token, cooldown.ProbeFailure, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := direct.HGet(ctx, "t:{cooldowns}:circuit", "p/x").Int(); err != nil || n != 1 {
+		t.Fatalf("failed probes = %d, %v; want 1", n, err)
+	}
+}

@@ -164,7 +164,7 @@ return 0
 // settleScript ends a probe.
 //
 //	KEYS[1..3]  as admitScript
-//	KEYS[4]     <prefix>{cooldowns}:settled:<model> the last token settled (60 s)
+//	KEYS[4]     <prefix>{cooldowns}:settled:<token> the token settled (60 s)
 //	ARGV[1]     model
 //	ARGV[2]     token
 //	ARGV[3]     outcome: success, failure or released
@@ -175,7 +175,8 @@ return 0
 // failure doubles the cooldown per failed probe (capped) and raises the
 // model's cooldown end to it; the claim is dropped if the token holds it.
 // A token settled already (this very call, run again after its reply was
-// lost) settles nothing: a failure counts once.
+// lost) settles nothing: a failure counts once, whatever other replicas
+// settled in between (each token has a key of its own).
 var settleScript = redis.NewScript(`
 if ARGV[2] ~= '' then
   if redis.call('GET', KEYS[4]) == ARGV[2] then return 0 end
@@ -225,7 +226,7 @@ func (r *Redis) Admit(ctx context.Context, model string) (Admission, error) {
 // Settle is Memory.Settle across every replica.
 func (r *Redis) Settle(ctx context.Context, model, token, outcome string, cooldown time.Duration) error {
 	_ = r.local.Settle(ctx, model, token, outcome, cooldown)
-	keys := append(r.probeKeys(model), r.settledPrefix+model)
+	keys := append(r.probeKeys(model), r.settledPrefix+token)
 	if err := settleScript.Run(ctx, r.c, keys, model, token, outcome, cooldown.Milliseconds(), MaxProbeCooldown.Milliseconds()).Err(); err != nil {
 		return fmt.Errorf("cooldown: settle the probe of %s: %w", model, err)
 	}
