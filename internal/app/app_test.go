@@ -214,6 +214,18 @@ func TestRedisOverTLSAsAnACLUser(t *testing.T) {
 	cfg := parse(t, fmt.Sprintf("listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\n"+
 		"store:\n  backend: redis\n  redis:\n    addr: %q\n    username: agentd\n    password_env: T_AGENTD_REDIS_PASSWORD\n"+
 		"    tls: {enabled: true, ca_file: %q, cert_file: %q, key_file: %q}\n", tlsAddr, files.CA, files.ClientCert, files.ClientKey))
+	logs := exerciseOverRedis(ctx, t, cfg)
+	if strings.Contains(logs, "NOPERM") || strings.Contains(logs, "level=ERROR") {
+		t.Fatalf("agentd's log:\n%s", logs)
+	}
+}
+
+// exerciseOverRedis runs agentd on cfg (a Redis store) and goes through
+// what it offers: readiness, a session's creation, a prompt and its
+// events, the history, a credential added and removed, the session's
+// deletion; it returns agentd's log.
+func exerciseOverRedis(ctx context.Context, t *testing.T, cfg *config.Config) string {
+	t.Helper()
 	var logs testkit.LogBuffer
 	a, err := app.New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
@@ -256,7 +268,33 @@ func TestRedisOverTLSAsAnACLUser(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if out := logs.String(); strings.Contains(out, "NOPERM") || strings.Contains(out, "level=ERROR") {
-		t.Fatalf("agentd's log:\n%s", out)
+	return logs.String()
+}
+
+// agentd on a Redis Cluster and on Sentinel, every node (the Sentinels
+// too) reached over TLS only: the Cluster's redirections and the
+// Sentinels' answers name TLS addresses, and everything works on them.
+func TestRedisTopologiesOverTLS(t *testing.T) {
+	files := redistest.NewTLSFiles(t)
+	tlsYAML := fmt.Sprintf("    tls: {enabled: true, ca_file: %q}\n", files.CA)
+	flow := func(addrs []string) string { return "[" + strings.Join(addrs, ", ") + "]" }
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) string
+	}{
+		{"cluster", func(t *testing.T) string {
+			return "    cluster: true\n    addrs: " + flow(redistest.StartClusterTLS(t, files).TLSAddrs()[:2]) + "\n"
+		}},
+		{"sentinel", func(t *testing.T) string {
+			return "    master_name: " + redistest.MasterName + "\n    addrs: " + flow(redistest.StartSentinelTLS(t, files).TLSAddrs()) + "\n"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testkit.Context(t)
+			cfg := parse(t, "listen: {grpc: 127.0.0.1:0, http: 127.0.0.1:0}\nstore:\n  backend: redis\n  redis:\n"+tc.store(t)+tlsYAML)
+			if logs := exerciseOverRedis(ctx, t, cfg); strings.Contains(logs, "level=ERROR") {
+				t.Fatalf("agentd's log:\n%s", logs)
+			}
+		})
 	}
 }

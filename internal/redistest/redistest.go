@@ -31,6 +31,8 @@ type Server struct {
 	dir  string   // --dir ("": a temporary one)
 	conf string   // a configuration file, first argument ("": none)
 	args []string // more arguments
+	// tlsPort, when not 0, is a TLS port besides the plain one (useTLS).
+	tlsPort int
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -148,6 +150,15 @@ func ephemeralLow() int {
 }
 
 // Addr is the server's host:port.
+// TLSAddr is the server's TLS address ("" without one: see
+// StartClusterTLS, StartSentinelTLS).
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.tlsPort))
+}
+
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
 // Port is the server's port.

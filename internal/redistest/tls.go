@@ -95,3 +95,16 @@ func StartTLS(t testing.TB, f TLSFiles, authClients bool, args ...string) (*Serv
 	s.Start()
 	return s, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
+
+// useTLS gives s a TLS port besides its plain one, with f's server
+// certificate, and has it replicate (and, in a Cluster, speak to the other
+// nodes) over TLS with f's client certificate; clients need none. The test's own probes keep
+// the plain port.
+func (s *Server) useTLS(f TLSFiles) {
+	s.tlsPort = freePort(s.t)
+	s.args = append(s.args, "--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", f.Cert, "--tls-key-file", f.Key,
+		"--tls-ca-cert-file", f.CA, "--tls-auth-clients", "no", "--tls-replication", "yes",
+		// A node is a client of the others (its replication, the Cluster's
+		// bus, which always asks for a client's certificate).
+		"--tls-client-cert-file", f.ClientCert, "--tls-client-key-file", f.ClientKey)
+}

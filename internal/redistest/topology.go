@@ -107,6 +107,21 @@ type Cluster struct {
 // redis-server or redis-cli.
 func StartCluster(t *testing.T) *Cluster {
 	t.Helper()
+	return startCluster(t, nil)
+}
+
+// StartClusterTLS is StartCluster with every node also on a TLS port
+// (TLSAddrs), the nodes speaking to each other and replicating over TLS
+// (tls-cluster, tls-replication). A client on a TLS port is told the other
+// nodes' TLS ports (CLUSTER SLOTS, MOVED); the test's own probes keep the
+// plain ports (Addrs).
+func StartClusterTLS(t *testing.T, f TLSFiles) *Cluster {
+	t.Helper()
+	return startCluster(t, &f)
+}
+
+func startCluster(t *testing.T, tlsFiles *TLSFiles) *Cluster {
+	t.Helper()
 	RequireCLI(t)
 	awaitDialers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -121,11 +136,22 @@ func StartCluster(t *testing.T) *Cluster {
 			"--cluster-config-file", filepath.Join(s.dir, "n"+strconv.Itoa(s.port)+".conf"),
 			"--cluster-node-timeout", strconv.Itoa(int(NodeTimeout / time.Millisecond)),
 			"--cluster-port", strconv.Itoa(freePort(t))}
+		if tlsFiles != nil {
+			s.useTLS(*tlsFiles)
+			s.args = append(s.args, "--tls-cluster", "yes")
+		}
 		s.Start()
 		c.Nodes = append(c.Nodes, s)
 	}
 	args := []string{"--cluster", "create"}
-	args = append(args, c.Addrs()...)
+	if tlsFiles != nil {
+		// The nodes meet on the addresses redis-cli connects to: their
+		// TLS ones, as their bus speaks TLS.
+		args = append([]string{"--tls", "--cacert", tlsFiles.CA}, args...)
+		args = append(args, c.TLSAddrs()...)
+	} else {
+		args = append(args, c.Addrs()...)
+	}
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
 	if err != nil {
@@ -184,10 +210,19 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// Node is the node at addr, nil when none.
+// TLSAddrs are the nodes' TLS addresses (StartClusterTLS).
+func (c *Cluster) TLSAddrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.TLSAddr()
+	}
+	return out
+}
+
+// Node is the node at addr (plain or TLS), nil when none.
 func (c *Cluster) Node(addr string) *Server {
 	for _, n := range c.Nodes {
-		if n.Addr() == addr {
+		if n.Addr() == addr || n.TLSAddr() == addr && addr != "" {
 			return n
 		}
 	}
@@ -411,6 +446,21 @@ type Sentinels struct {
 // other Sentinels. It skips the test without redis-server.
 func StartSentinel(t *testing.T) *Sentinels {
 	t.Helper()
+	return startSentinel(t, nil)
+}
+
+// StartSentinelTLS is StartSentinel with every node, the Sentinels too,
+// also on a TLS port (TLSAddrs, Server.TLSAddr): the replica replicates
+// and the Sentinels watch the data nodes over TLS, so a client asking a
+// Sentinel on its TLS port is told the master's TLS address. The helpers
+// (Master, WaitMaster, Node, Kill) speak of the plain addresses.
+func StartSentinelTLS(t *testing.T, f TLSFiles) *Sentinels {
+	t.Helper()
+	return startSentinel(t, &f)
+}
+
+func startSentinel(t *testing.T, tlsFiles *TLSFiles) *Sentinels {
+	t.Helper()
 	Require(t)
 	awaitDialers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -420,11 +470,19 @@ func StartSentinel(t *testing.T) *Sentinels {
 	master := New(t)
 	master.dir = filepath.Join(root, "m"+strconv.Itoa(master.port))
 	mkdir(t, master.dir)
+	masterPort := master.port
+	if tlsFiles != nil {
+		master.useTLS(*tlsFiles)
+		masterPort = master.tlsPort
+	}
 	master.Start()
 	replica := New(t)
 	replica.dir = filepath.Join(root, "r"+strconv.Itoa(replica.port))
 	mkdir(t, replica.dir)
-	replica.args = []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.port)}
+	replica.args = []string{"--replicaof", "127.0.0.1", strconv.Itoa(masterPort)}
+	if tlsFiles != nil {
+		replica.useTLS(*tlsFiles)
+	}
 	replica.Start()
 	s.Data = []*Server{master, replica}
 	Eventually(ctx, t, "the replica is in sync", func(ctx context.Context) (bool, error) {
@@ -440,11 +498,14 @@ func StartSentinel(t *testing.T) *Sentinels {
 		conf := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d 2\n"+
 			"sentinel down-after-milliseconds %[1]s %[3]d\n"+
 			"sentinel failover-timeout %[1]s 4000\n"+
-			"sentinel parallel-syncs %[1]s 1\n", MasterName, master.port, int(NodeTimeout/time.Millisecond))
+			"sentinel parallel-syncs %[1]s 1\n", MasterName, masterPort, int(NodeTimeout/time.Millisecond))
 		if err := os.WriteFile(n.conf, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		n.args = []string{"--sentinel"}
+		if tlsFiles != nil {
+			n.useTLS(*tlsFiles)
+		}
 		n.Start()
 		s.Sentinels = append(s.Sentinels, n)
 	}
@@ -472,10 +533,19 @@ func (s *Sentinels) Addrs() []string {
 	return out
 }
 
-// Node is the data node at addr, nil when none.
+// TLSAddrs are the Sentinels' TLS addresses (StartSentinelTLS).
+func (s *Sentinels) TLSAddrs() []string {
+	out := make([]string, len(s.Sentinels))
+	for i, n := range s.Sentinels {
+		out[i] = n.TLSAddr()
+	}
+	return out
+}
+
+// Node is the data node at addr (plain or TLS), nil when none.
 func (s *Sentinels) Node(addr string) *Server {
 	for _, n := range s.Data {
-		if n.Addr() == addr {
+		if n.Addr() == addr || n.TLSAddr() == addr && addr != "" {
 			return n
 		}
 	}
@@ -500,7 +570,8 @@ func withSentinel(addr string, fn func(sc *redis.SentinelClient) error) error {
 }
 
 // Master is the master's address as every Sentinel names it (an error
-// while they disagree).
+// while they disagree); its plain address when the Sentinels name its TLS
+// one.
 func (s *Sentinels) Master(ctx context.Context) (string, error) {
 	var addr string
 	for _, n := range s.Sentinels {
@@ -515,6 +586,9 @@ func (s *Sentinels) Master(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("sentinel %s: master %v", n.Addr(), got)
 		}
 		a := net.JoinHostPort(got[0], got[1])
+		if n := s.Node(a); n != nil {
+			a = n.Addr()
+		}
 		if addr != "" && a != addr {
 			return "", fmt.Errorf("the Sentinels disagree: %s, %s", addr, a)
 		}
