@@ -476,7 +476,13 @@ func TestSentinelFailover(t *testing.T) {
 func TestSentinelMasterKilled(t *testing.T) {
 	s := redistest.StartSentinel(t)
 	ctx := testkit.ContextFor(t, 60*time.Second)
-	c := newConn(t, Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "t:"})
+	sentinelMasterKilled(ctx, t, s, newConn(t, Options{Addrs: s.Addrs(), MasterName: redistest.MasterName, KeyPrefix: "t:"}))
+}
+
+// sentinelMasterKilled kills the master of s under c and checks that writes
+// resume on the promoted replica and that the probe fails meanwhile.
+func sentinelMasterKilled(ctx context.Context, t *testing.T, s *redistest.Sentinels, c *Conn) {
+	t.Helper()
 	if err := c.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -64,19 +64,5 @@ func TestTLSSentinelMasterKilled(t *testing.T) {
 	if err := c.Probe(ctx); err != nil {
 		t.Fatalf("Probe through TLS Sentinels = %v", err)
 	}
-	if err := c.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	old, err := s.Master(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	s.Kill(old)
-	if d := writesResume(ctx, t, c, "TLS master killed", start); d > 15*time.Second {
-		t.Errorf("writes resumed after %v", d)
-	}
-	if err := c.Probe(ctx); err != nil {
-		t.Errorf("Probe after the failover = %v", err)
-	}
+	sentinelMasterKilled(ctx, t, s, c)
 }

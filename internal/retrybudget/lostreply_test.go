@@ -65,6 +65,43 @@ func noRetryClient(t *testing.T, addr string) redis.UniversalClient {
 	return c
 }
 
+// lossy is a replica whose client gives up on a lost reply, behind a
+// proxy that loses them, with a probe of the Redis behind it.
+type lossy struct {
+	*retrybudget.Redis
+	proxy *redistest.Proxy
+	probe *redis.Client
+}
+
+// newLossy starts a Redis and a lossy replica on it, whose four retries
+// have brought p/x to 6 tokens.
+func newLossy(ctx context.Context, t *testing.T, o retrybudget.RedisOptions) lossy {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy := redistest.NewProxy(t, srv.Addr())
+	o.KeyPrefix, o.FlushInterval = "t:", time.Hour
+	l := lossy{retrybudget.NewRedis(noRetryClient(t, proxy.Addr()), a6, o), proxy, redistest.Client(t, srv.Addr())}
+	t.Cleanup(func() { _ = l.Close(context.Background()) })
+	for range 4 {
+		if _, err := l.Retry(ctx, "p/x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+// loseFlush counts two successes of p/x and flushes them, the reply lost.
+func (l lossy) loseFlush(ctx context.Context, t *testing.T) {
+	t.Helper()
+	l.Succeeded("p/x")
+	l.Succeeded("p/x")
+	l.proxy.LoseScriptReply(ctx, retrybudget.BudgetScript)
+	if err := l.Flush(ctx); err == nil {
+		t.Fatal("a flush whose reply was lost reported no error")
+	}
+	l.proxy.WaitLost(ctx)
+}
+
 // level is model's shared level in tokens, read behind the budget's back.
 func level(ctx context.Context, t *testing.T, c *redis.Client, model string) float64 {
 	t.Helper()
@@ -83,28 +120,12 @@ func level(ctx context.Context, t *testing.T, c *redis.Client, model string) flo
 // token, after another replica's flush and with new successes of this
 // one's: each success is credited once.
 func TestRedisUnansweredFlushCreditedOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	probe := redistest.Client(t, srv.Addr())
-	a := retrybudget.NewRedis(noRetryClient(t, proxy.Addr()), a6, retrybudget.RedisOptions{KeyPrefix: "t:", FlushInterval: time.Hour})
-	b := replicas(t, srv.Addr(), 1)[0]
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-
-	for range 4 {
-		if _, err := a.Retry(ctx, "p/x"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a.Succeeded("p/x")
-	a.Succeeded("p/x")
-	proxy.LoseScriptReply(ctx, retrybudget.BudgetScript)
-	if err := a.Flush(ctx); err == nil {
-		t.Fatal("a flush whose reply was lost reported no error")
-	}
-	proxy.WaitLost(ctx)
-	if l := level(ctx, t, probe, "p/x"); l != 7 {
+	a := newLossy(ctx, t, retrybudget.RedisOptions{})
+	b := replicas(t, a.probe.Options().Addr, 1)[0]
+	a.loseFlush(ctx, t)
+	if l := level(ctx, t, a.probe, "p/x"); l != 7 {
 		t.Fatalf("level after the lost flush = %v, want 7 (6 + two successes)", l)
 	}
 	b.Succeeded("p/x")
@@ -117,7 +138,7 @@ func TestRedisUnansweredFlushCreditedOnce(t *testing.T) {
 	if err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l := level(ctx, t, probe, "p/x"); l != 9 {
+	if l := level(ctx, t, a.probe, "p/x"); l != 9 {
 		t.Fatalf("level = %v, want 9: a's first two successes credited once, b's two, a's next two", l)
 	}
 }
@@ -126,24 +147,15 @@ func TestRedisUnansweredFlushCreditedOnce(t *testing.T) {
 // local copy, and the successes the call carried are sent again with the
 // next flush under the call's token, which finds them credited already.
 func TestRedisUnansweredRetryCreditsOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	probe := redistest.Client(t, srv.Addr())
-	a := retrybudget.NewRedis(noRetryClient(t, proxy.Addr()), a6, retrybudget.RedisOptions{KeyPrefix: "t:", FlushInterval: time.Hour})
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-
-	for range 4 {
-		if _, err := a.Retry(ctx, "p/x"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a := newLossy(ctx, t, retrybudget.RedisOptions{})
+	probe := a.probe
 	a.Succeeded("p/x")
 	a.Succeeded("p/x")
-	proxy.LoseScriptReply(ctx, retrybudget.BudgetScript)
+	a.proxy.LoseScriptReply(ctx, retrybudget.BudgetScript)
 	d, err := a.Retry(ctx, "p/x")
-	proxy.WaitLost(ctx)
+	a.proxy.WaitLost(ctx)
 	if err == nil || !d.Allowed {
 		t.Fatalf("the retry whose reply was lost = %+v, %v; want allowed on the local copy, with an error", d, err)
 	}
@@ -167,29 +179,14 @@ func TestRedisUnansweredRetryCreditsOnce(t *testing.T) {
 // dropped, not sent again: their answer may be gone, and the budget must
 // not fill faster than its successes.
 func TestRedisUnansweredTooLongDropped(t *testing.T) {
-	srv := redistest.Start(t)
-	proxy := redistest.NewProxy(t, srv.Addr())
-	probe := redistest.Client(t, srv.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var mu sync.Mutex
 	now := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	a := retrybudget.NewRedis(noRetryClient(t, proxy.Addr()), a6, retrybudget.RedisOptions{KeyPrefix: "t:", FlushInterval: time.Hour, Now: clock})
-	t.Cleanup(func() { _ = a.Close(context.Background()) })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	for range 4 {
-		if _, err := a.Retry(ctx, "p/x"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a.Succeeded("p/x")
-	a.Succeeded("p/x")
-	proxy.LoseScriptReply(ctx, retrybudget.BudgetScript)
-	if err := a.Flush(ctx); err == nil {
-		t.Fatal("a flush whose reply was lost reported no error")
-	}
-	proxy.WaitLost(ctx)
+	a := newLossy(ctx, t, retrybudget.RedisOptions{Now: clock})
+	probe := a.probe
+	a.loseFlush(ctx, t)
 	// Ten minutes on, Redis has let the call's answer expire.
 	mu.Lock()
 	now = now.Add(10 * time.Minute)
