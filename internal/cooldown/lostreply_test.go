@@ -97,3 +97,32 @@ func TestRedisSettleAgainAfterAnotherReplicas(t *testing.T) {
 		t.Fatalf("failed probes = %d, %v; want 1", n, err)
 	}
 }
+
+// A cooldown recorded while Redis was away is kept locally, and recorded
+// in Redis once it answers again: neither the replica that saw the
+// failure nor the others forget it when Redis is back.
+func TestRedisCooldownDuringOutageReachesTheFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	a := cooldown.NewRedis(newClient(t, srv.Addr()), "t:", nil)
+	b := cooldown.NewRedis(newClient(t, srv.Addr()), "t:", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Kill()
+	until := time.Now().Add(time.Minute)
+	if err := a.Suppress(ctx, "p/x", until); err == nil {
+		t.Fatal("Suppress without Redis reported no error")
+	}
+	if u, err := a.SuppressedUntil(ctx, "p/x"); err != nil || u.IsZero() {
+		t.Fatalf("a without Redis: until %v, %v; want its local cooldown", u, err)
+	}
+	srv.Start()
+	if u, err := a.SuppressedUntil(ctx, "p/x"); err != nil || u.Before(until.Add(-5*time.Second)) {
+		t.Fatalf("a with Redis back: until %v, %v; want about %v", u, err, until)
+	}
+	if u, err := b.SuppressedUntil(ctx, "p/x"); err != nil || u.Before(until.Add(-5*time.Second)) {
+		t.Fatalf("b: until %v, %v; want a's cooldown, about %v", u, err, until)
+	}
+	if a, err := b.Admit(ctx, "p/x"); err != nil || a.Allowed {
+		t.Fatalf("b's Admit = %+v, %v; want the model avoided", a, err)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,8 +16,9 @@ import (
 // <prefix>{cooldowns}:models of provider/model → end of cooldown (ms on
 // Redis' clock), so that every replica stops sending to a model another one
 // saw failing, and restores it at the same moment. When Redis is
-// unreachable it falls back to a local registry (and merges nothing back:
-// cooldowns are short-lived).
+// unreachable it falls back to a local registry; a cooldown it could not
+// record there is recorded once Redis answers again (before anything else
+// is asked of it), so neither this replica nor the others forget it.
 type Redis struct {
 	c             redis.Scripter
 	key           string
@@ -25,6 +28,12 @@ type Redis struct {
 	probeTTL      time.Duration
 	now           func() time.Time
 	local         *Memory
+
+	// unsent are the cooldowns Suppress could not record in Redis, by
+	// model (the latest end); pending says there are some.
+	mu      sync.Mutex
+	unsent  map[string]time.Time
+	pending atomic.Bool
 }
 
 // suppressScript raises a model's cooldown end.
@@ -92,19 +101,63 @@ func (r *Redis) SetProbeTTL(d time.Duration) {
 // Suppress puts model in cooldown until until.
 func (r *Redis) Suppress(ctx context.Context, model string, until time.Time) error {
 	_ = r.local.Suppress(ctx, model, until)
+	r.sendUnsent(ctx)
+	if err := r.suppress(ctx, model, until); err != nil {
+		r.keepUnsent(model, until)
+		return fmt.Errorf("cooldown: suppress %s: %w (kept locally, recorded once Redis answers)", model, err)
+	}
+	return nil
+}
+
+// suppress records model's cooldown in Redis (nothing when it has ended).
+func (r *Redis) suppress(ctx context.Context, model string, until time.Time) error {
 	d := until.Sub(r.now()).Milliseconds()
 	if d <= 0 {
 		return nil
 	}
-	if err := suppressScript.Run(ctx, r.c, []string{r.key, r.circuit}, model, d).Err(); err != nil {
-		return fmt.Errorf("cooldown: suppress %s: %w (kept locally)", model, err)
+	return suppressScript.Run(ctx, r.c, []string{r.key, r.circuit}, model, d).Err()
+}
+
+// keepUnsent holds model's cooldown for sendUnsent.
+func (r *Redis) keepUnsent(model string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unsent == nil {
+		r.unsent = map[string]time.Time{}
 	}
-	return nil
+	if until.After(r.unsent[model]) {
+		r.unsent[model] = until
+	}
+	r.pending.Store(true)
+}
+
+// sendUnsent records in Redis the cooldowns Suppress could not, those not
+// ended yet (one script run each; nothing to do, the usual case, costs an
+// atomic load). It stops at the first failure: Redis is still away.
+func (r *Redis) sendUnsent(ctx context.Context) {
+	if !r.pending.Load() {
+		return
+	}
+	r.mu.Lock()
+	unsent := r.unsent
+	r.unsent = nil
+	r.pending.Store(false)
+	r.mu.Unlock()
+	for model, until := range unsent {
+		if err := r.suppress(ctx, model, until); err != nil {
+			for m, u := range unsent {
+				r.keepUnsent(m, u)
+			}
+			return
+		}
+		delete(unsent, model)
+	}
 }
 
 // SuppressedUntil is the end of model's cooldown, zero when none. When
 // Redis is unreachable it answers from the local registry.
 func (r *Redis) SuppressedUntil(ctx context.Context, model string) (time.Time, error) {
+	r.sendUnsent(ctx)
 	m, err := r.remaining(ctx, model)
 	if err != nil {
 		u, _ := r.local.SuppressedUntil(ctx, model)
@@ -115,6 +168,7 @@ func (r *Redis) SuppressedUntil(ctx context.Context, model string) (time.Time, e
 
 // Active returns every model cooling down now and the end of its cooldown.
 func (r *Redis) Active(ctx context.Context) (map[string]time.Time, error) {
+	r.sendUnsent(ctx)
 	m, err := r.remaining(ctx, "")
 	if err != nil {
 		return r.local.Active(ctx)
@@ -209,6 +263,7 @@ func (r *Redis) probeKeys(model string) []string {
 // Admit is Memory.Admit across every replica: one script run. When Redis
 // is unreachable it answers from the local registry.
 func (r *Redis) Admit(ctx context.Context, model string) (Admission, error) {
+	r.sendUnsent(ctx)
 	tok := newToken()
 	n, err := admitScript.Run(ctx, r.c, r.probeKeys(model), model, r.probeTTL.Milliseconds(), tok).Int()
 	if err != nil {
@@ -228,6 +283,9 @@ func (r *Redis) Settle(ctx context.Context, model, token, outcome string, cooldo
 	_ = r.local.Settle(ctx, model, token, outcome, cooldown)
 	keys := append(r.probeKeys(model), r.settledPrefix+token)
 	if err := settleScript.Run(ctx, r.c, keys, model, token, outcome, cooldown.Milliseconds(), MaxProbeCooldown.Milliseconds()).Err(); err != nil {
+		if u, _ := r.local.SuppressedUntil(ctx, model); outcome == ProbeFailure && !u.IsZero() {
+			r.keepUnsent(model, u) // the failed probe's cooldown, for the fleet
+		}
 		return fmt.Errorf("cooldown: settle the probe of %s: %w", model, err)
 	}
 	return nil
