@@ -153,7 +153,7 @@ func (st *stores) close() error {
 type cooldownRegistry interface {
 	session.Cooldowns
 	Active(ctx context.Context) (map[string]time.Time, error)
-	Admit(ctx context.Context, model string) (cooldown.Admission, error)
+	Admit(ctx context.Context, names ...string) (cooldown.Admission, error)
 	Settle(ctx context.Context, model, token, outcome string, cooldown time.Duration) error
 }
 
@@ -166,9 +166,9 @@ type probingCooldowns struct {
 
 var _ session.Prober = probingCooldowns{}
 
-func (p probingCooldowns) Admit(ctx context.Context, model string) (session.Admission, error) {
-	a, err := p.cooldownRegistry.Admit(ctx, model)
-	return session.Admission{Allowed: a.Allowed, Probe: a.Probe, Token: a.Token}, err
+func (p probingCooldowns) Admit(ctx context.Context, names ...string) (session.Admission, error) {
+	a, err := p.cooldownRegistry.Admit(ctx, names...)
+	return session.Admission{Allowed: a.Allowed, Probe: a.Probe, Token: a.Token, Name: a.Name}, err
 }
 
 func (p probingCooldowns) Settle(ctx context.Context, model, token, outcome string, d time.Duration) error {
@@ -285,7 +285,11 @@ func (st *stores) refreshGauges(ctx context.Context, m *metrics.Metrics, provide
 		}
 	}
 	if active, err := st.cooldowns.Active(ctx); err == nil {
-		m.ModelsInCooldown.Set(float64(len(active)))
+		models := map[string]bool{} // a model and its server's keys' count once
+		for name := range active {
+			models[session.CooldownModel(name)] = true
+		}
+		m.ModelsInCooldown.Set(float64(len(models)))
 	}
 	if st.budget != nil {
 		if levels, err := st.budget.Levels(ctx); err == nil {

@@ -112,6 +112,8 @@ type Admission struct {
 	// (Allowed too); it must Settle it with Token.
 	Probe bool
 	Token string
+	// Name is the name the probe is of (one of Admit's names).
+	Name string
 }
 
 // probeClaim is a held probe.
@@ -120,26 +122,33 @@ type probeClaim struct {
 	until time.Time
 }
 
-// Admit answers whether model may be called now: not while it cools down;
-// once its cooldown has ended, only one caller at a time — the probe —
+// Admit answers whether a model may be called now, the model known to the
+// registry by names (its own name, and any other its call depends on):
+// not while any of them cools down; once their cooldowns have ended, only
+// one caller at a time — the probe of the first whose circuit is open —
 // until a probe settles as a success.
-func (m *Memory) Admit(_ context.Context, model string) (Admission, error) {
+func (m *Memory) Admit(_ context.Context, names ...string) (Admission, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	if u, ok := m.until[model]; ok && u.After(now) {
-		return Admission{}, nil
+	for _, name := range names {
+		if u, ok := m.until[name]; ok && u.After(now) {
+			return Admission{}, nil
+		}
 	}
-	if _, open := m.circuit[model]; !open {
-		return Admission{Allowed: true}, nil
+	for _, name := range names {
+		if _, open := m.circuit[name]; !open {
+			continue
+		}
+		if c, ok := m.probes[name]; ok && c.until.After(now) {
+			return Admission{}, nil
+		}
+		m.seq++
+		tok := "p" + strconv.FormatUint(m.seq, 10)
+		m.probes[name] = probeClaim{token: tok, until: now.Add(m.probeTTL)}
+		return Admission{Allowed: true, Probe: true, Token: tok, Name: name}, nil
 	}
-	if c, ok := m.probes[model]; ok && c.until.After(now) {
-		return Admission{}, nil
-	}
-	m.seq++
-	tok := "p" + strconv.FormatUint(m.seq, 10)
-	m.probes[model] = probeClaim{token: tok, until: now.Add(m.probeTTL)}
-	return Admission{Allowed: true, Probe: true, Token: tok}, nil
+	return Admission{Allowed: true}, nil
 }
 
 // Settle ends the probe token of model: a success closes its circuit, a

@@ -9,12 +9,13 @@ import (
 
 	"github.com/agentd/agentd/internal/cooldown"
 	"github.com/agentd/agentd/internal/redistest"
+	"github.com/agentd/agentd/internal/testkit"
 )
 
 // prober is what both registries offer for half-open probing.
 type prober interface {
 	registry
-	Admit(ctx context.Context, model string) (cooldown.Admission, error)
+	Admit(ctx context.Context, names ...string) (cooldown.Admission, error)
 	Settle(ctx context.Context, model, token, outcome string, d time.Duration) error
 }
 
@@ -174,5 +175,65 @@ func TestRedisDeadProbeFreesAndFailureDoubles(t *testing.T) {
 	u, err := dead.SuppressedUntil(ctx, "p/x")
 	if left := time.Until(u); err != nil || left < 110*time.Second || left > 2*time.Minute {
 		t.Fatalf("after the failed probe: %v left (%v), want 2m", left, err)
+	}
+}
+
+// A model known by two names (its own, and the pool of keys its caller
+// draws on): cooling while either cools; once both have ended, the probe
+// is the first open one's, its name told; the other's circuit waits for
+// the next caller. On both registries.
+func TestAdmitSeveralNames(t *testing.T) {
+	srv := redistest.Start(t)
+	c := &clock{t: time.Now()}
+	for name, r := range map[string]prober{
+		"memory": cooldown.NewMemory(c.Now),
+		"redis":  cooldown.NewRedis(newClient(t, srv.Addr()), "t:", nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := testkit.Context(t)
+			if err := r.Suppress(ctx, "p/x|pool", time.Now().Add(30*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+			if a, _ := r.Admit(ctx, "p/x"); !a.Allowed || a.Probe {
+				t.Fatalf("p/x alone: %+v; want allowed (only its pool's name cools)", a)
+			}
+			if a, _ := r.Admit(ctx, "p/x", "p/x|pool"); a.Allowed {
+				t.Fatalf("p/x through its pool: %+v; want avoided", a)
+			}
+			if err := r.Suppress(ctx, "p/x", time.Now().Add(30*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+			c.mu.Lock()
+			c.t = c.t.Add(time.Second)
+			c.mu.Unlock()
+			var first cooldown.Admission
+			redistest.Eventually(ctx, t, "the cooldowns over", func(ctx context.Context) (bool, error) {
+				var err error
+				first, err = r.Admit(ctx, "p/x", "p/x|pool")
+				return first.Allowed, err
+			})
+			if !first.Probe || first.Name != "p/x" {
+				t.Fatalf("the first caller: %+v; want the probe of p/x", first)
+			}
+			if a, _ := r.Admit(ctx, "p/x", "p/x|pool"); a.Allowed {
+				t.Fatalf("a second caller during the probe: %+v", a)
+			}
+			if err := r.Settle(ctx, "p/x", first.Token, cooldown.ProbeSuccess, 0); err != nil {
+				t.Fatal(err)
+			}
+			second, _ := r.Admit(ctx, "p/x", "p/x|pool")
+			if !second.Probe || second.Name != "p/x|pool" {
+				t.Fatalf("after p/x's probe: %+v; want the probe of p/x|pool", second)
+			}
+			if a, _ := r.Admit(ctx, "p/x"); !a.Allowed || a.Probe {
+				t.Fatalf("p/x alone during its pool's probe: %+v; want allowed", a)
+			}
+			if err := r.Settle(ctx, "p/x|pool", second.Token, cooldown.ProbeSuccess, 0); err != nil {
+				t.Fatal(err)
+			}
+			if a, _ := r.Admit(ctx, "p/x", "p/x|pool"); !a.Allowed || a.Probe {
+				t.Fatalf("both circuits closed: %+v", a)
+			}
+		})
 	}
 }

@@ -194,25 +194,31 @@ func (r *Redis) remaining(ctx context.Context, model string) (map[string]time.Ti
 
 // admitScript answers Admit in one round trip.
 //
-//	KEYS[1]  <prefix>{cooldowns}:models        ZSET model → end of cooldown
-//	KEYS[2]  <prefix>{cooldowns}:circuit       HASH model → failed probes (open circuits)
-//	KEYS[3]  <prefix>{cooldowns}:probe:<model> the probe claim (token, with a TTL)
-//	ARGV[1]  model
-//	ARGV[2]  probe TTL, ms
-//	ARGV[3]  token for a new claim
+//	KEYS[1]     <prefix>{cooldowns}:models        ZSET name → end of cooldown
+//	KEYS[2]     <prefix>{cooldowns}:circuit       HASH name → failed probes (open circuits)
+//	KEYS[3..]   <prefix>{cooldowns}:probe:<name>  each name's probe claim (token, with a TTL)
+//	ARGV[1]     probe TTL, ms
+//	ARGV[2]     token for a new claim
+//	ARGV[3..]   the names, in KEYS[3..]'s order
 //
-// It returns 0 (cooling, or another caller probes), 1 (allowed) or 2 (this
-// caller's probe: a claim made, or made by this very call, run again after
-// its reply was lost).
+// It returns {0} (a name cooling, or another caller probes), {1} (allowed)
+// or {2, i} (this caller's probe of the i-th name: a claim made, or made
+// by this very call, run again after its reply was lost).
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local e = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if e and tonumber(e) > now then return 0 end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 0 then return 1 end
-if redis.call('SET', KEYS[3], ARGV[3], 'NX', 'PX', ARGV[2]) then return 2 end
-if redis.call('GET', KEYS[3]) == ARGV[3] then return 2 end
-return 0
+for i = 3, #ARGV do
+  local e = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if e and tonumber(e) > now then return {0} end
+end
+for i = 3, #ARGV do
+  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then
+    if redis.call('SET', KEYS[i], ARGV[2], 'NX', 'PX', ARGV[1]) then return {2, i - 2} end
+    if redis.call('GET', KEYS[i]) == ARGV[2] then return {2, i - 2} end
+    return {0}
+  end
+end
+return {1}
 `)
 
 // settleScript ends a probe.
@@ -262,18 +268,26 @@ func (r *Redis) probeKeys(model string) []string {
 
 // Admit is Memory.Admit across every replica: one script run. When Redis
 // is unreachable it answers from the local registry.
-func (r *Redis) Admit(ctx context.Context, model string) (Admission, error) {
+func (r *Redis) Admit(ctx context.Context, names ...string) (Admission, error) {
 	r.sendUnsent(ctx)
 	tok := newToken()
-	n, err := admitScript.Run(ctx, r.c, r.probeKeys(model), model, r.probeTTL.Milliseconds(), tok).Int()
-	if err != nil {
-		return r.local.Admit(ctx, model)
+	keys := make([]string, 2, 2+len(names))
+	keys[0], keys[1] = r.key, r.circuit
+	args := make([]any, 2, 2+len(names))
+	args[0], args[1] = r.probeTTL.Milliseconds(), tok
+	for _, n := range names {
+		keys = append(keys, r.probePrefix+n)
+		args = append(args, n)
 	}
-	switch n {
-	case 1:
+	res, err := admitScript.Run(ctx, r.c, keys, args...).Int64Slice()
+	if err != nil || len(res) == 0 {
+		return r.local.Admit(ctx, names...)
+	}
+	switch {
+	case res[0] == 1:
 		return Admission{Allowed: true}, nil
-	case 2:
-		return Admission{Allowed: true, Probe: true, Token: tok}, nil
+	case res[0] == 2 && len(res) == 2 && res[1] >= 1 && int(res[1]) <= len(names):
+		return Admission{Allowed: true, Probe: true, Token: tok, Name: names[res[1]-1]}, nil
 	}
 	return Admission{}, nil
 }

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/provider"
@@ -49,7 +50,36 @@ func chainFor(settings retry.Settings, role, primary string) []string {
 	return chain
 }
 
+// serverKeysSuffix makes the registry name of the server's keys' cooldown
+// of a model (serverKeysName).
+const serverKeysSuffix = "|server-keys"
+
+// serverKeysName is the cooldown registry's name for model as the server's
+// keys reach it: a rate limit or quota met on one of them cools this name,
+// not the model's, so that the sessions calling the model with their
+// tenant's own keys stay on it.
+func serverKeysName(model string) string { return model + serverKeysSuffix }
+
+// CooldownModel is the model a cooldown registry name is of: the name
+// itself, or the model of its server's keys' cooldown.
+func CooldownModel(name string) string { return strings.TrimSuffix(name, serverKeysSuffix) }
+
+// cooldownNames are the registry names the session heeds for model: the
+// model's, and its server's keys' unless the session's last call to the
+// model's provider used a key of its tenant's own.
+func (s *Session) cooldownNames(model string) []string {
+	providerName, _, _ := strings.Cut(model, "/")
+	s.mu.Lock()
+	own := s.ownKeys[providerName]
+	s.mu.Unlock()
+	if own {
+		return []string{model}
+	}
+	return []string{model, serverKeysName(model)}
+}
+
 // suppressed reports whether model is cooling down now, for every tenant
+// (its own cooldown, or its server's keys' for a session that calls them),
 // or for the session's own after its key's failure — or, with a registry
 // that probes (Prober), whether its probe is someone else's: a false
 // answer may make this session the model's probe.
@@ -60,23 +90,51 @@ func (s *Session) suppressed(ctx context.Context, model string) bool {
 	if s.m.opts.Cooldowns == nil {
 		return false
 	}
+	names := s.cooldownNames(model)
 	if p, ok := s.m.opts.Cooldowns.(Prober); ok {
-		return s.admit(ctx, p, model)
+		return s.admit(ctx, p, model, names)
 	}
-	until, err := s.m.opts.Cooldowns.SuppressedUntil(ctx, model)
-	if err != nil {
-		s.m.log.Warn("cooldown registry unavailable", "session", s.id, "err", err)
-		return false
+	for _, name := range names {
+		until, err := s.m.opts.Cooldowns.SuppressedUntil(ctx, name)
+		if err != nil {
+			s.m.log.Warn("cooldown registry unavailable", "session", s.id, "err", err)
+			return false
+		}
+		if !until.IsZero() {
+			return true
+		}
 	}
-	return !until.IsZero()
+	return false
+}
+
+// faultScope is whose a failed call's fault is, for the cooldown it
+// leaves (tryFallback).
+type faultScope int
+
+const (
+	scopeModel      faultScope = iota // the model's: every session's cooldown
+	scopeTenant                       // the tenant's own key's (turn.private): its sessions', on this replica
+	scopeServerKeys                   // the server's keys' (turn.serverKeys): the sessions calling them
+)
+
+// scope is the turn's faultScope.
+func (t *turn) scope() faultScope {
+	switch {
+	case t.private():
+		return scopeTenant
+	case t.serverKeys():
+		return scopeServerKeys
+	}
+	return scopeModel
 }
 
 // tryFallback is step 8 of the retry flow: put the current model in
 // cooldown (not for refusals; for a private failure, the tenant's own
-// key's (turn.private), in that tenant's cooldowns only) and switch to the
-// next model of the chain that is not cooling down. It reports whether a
-// fallback was applied.
-func (s *Session) tryFallback(ctx context.Context, promptID string, settings retry.Settings, v retry.Verdict, private bool) bool {
+// key's (turn.private), in that tenant's cooldowns only; for one of the
+// server's keys' (turn.serverKeys), under the server's keys' name) and
+// switch to the next model of the chain that is not cooling down. It
+// reports whether a fallback was applied.
+func (s *Session) tryFallback(ctx context.Context, promptID string, settings retry.Settings, v retry.Verdict, scope faultScope) bool {
 	s.mu.Lock()
 	current, role, primary := s.model, s.role, s.primary
 	if s.fallback != nil {
@@ -87,14 +145,19 @@ func (s *Session) tryFallback(ctx context.Context, promptID string, settings ret
 	refusal := v.Class == retry.ClassRefusal
 	switch {
 	case refusal:
-	case private:
+	case scope == scopeTenant:
 		now, cooldown := s.m.opts.Now(), s.cooldownFor(v)
 		s.m.ownCooldowns.cool(s.tenant, current, now.Add(cooldown), now)
 		s.m.log.Info("the tenant's own key is limited: the model cools for the tenant's sessions only",
 			"session", s.id, "model", current, "cooldown", cooldown)
 	case s.m.opts.Cooldowns != nil:
-		cooldown := s.cooldownFor(v)
-		if err := s.m.opts.Cooldowns.Suppress(ctx, current, s.m.opts.Now().Add(cooldown)); err != nil {
+		name, cooldown := current, s.cooldownFor(v)
+		if scope == scopeServerKeys {
+			name = serverKeysName(current)
+			s.m.log.Info("a server key is limited: the model cools for the sessions on the server's keys",
+				"session", s.id, "model", current, "cooldown", cooldown)
+		}
+		if err := s.m.opts.Cooldowns.Suppress(ctx, name, s.m.opts.Now().Add(cooldown)); err != nil {
 			s.m.log.Warn("cooldown not recorded", "session", s.id, "model", current, "err", err)
 		}
 	}

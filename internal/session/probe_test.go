@@ -19,7 +19,7 @@ import (
 type registryProber struct {
 	reg interface {
 		session.Cooldowns
-		Admit(ctx context.Context, model string) (cooldown.Admission, error)
+		Admit(ctx context.Context, names ...string) (cooldown.Admission, error)
 		Settle(ctx context.Context, model, token, outcome string, d time.Duration) error
 	}
 }
@@ -30,9 +30,12 @@ func (p registryProber) Suppress(ctx context.Context, model string, until time.T
 func (p registryProber) SuppressedUntil(ctx context.Context, model string) (time.Time, error) {
 	return p.reg.SuppressedUntil(ctx, model)
 }
-func (p registryProber) Admit(ctx context.Context, model string) (session.Admission, error) {
-	a, err := p.reg.Admit(ctx, model)
-	return session.Admission{Allowed: a.Allowed, Probe: a.Probe, Token: a.Token}, err
+
+var _ session.Prober = registryProber{}
+
+func (p registryProber) Admit(ctx context.Context, names ...string) (session.Admission, error) {
+	a, err := p.reg.Admit(ctx, names...)
+	return session.Admission{Allowed: a.Allowed, Probe: a.Probe, Token: a.Token, Name: a.Name}, err
 }
 func (p registryProber) Settle(ctx context.Context, model, token, outcome string, d time.Duration) error {
 	return p.reg.Settle(ctx, model, token, outcome, d)

@@ -234,7 +234,7 @@ func (s *Session) handleRetryable(ctx context.Context, gen uint64, promptID stri
 	// replay or a reasonless abort).
 	fellBack := false
 	if !switched && settings.ModelFallback && allowFallback && v.Class != retry.ClassStaleReplay {
-		fellBack = s.tryFallback(ctx, promptID, settings, v, t.private())
+		fellBack = s.tryFallback(ctx, promptID, settings, v, t.scope())
 		switched = fellBack
 	}
 	if v.Class == retry.ClassRefusal && !fellBack {

@@ -136,7 +136,11 @@ type Session struct {
 	switchedTo pickedCred
 	fallback   *activeFallback
 	probe      heldProbe // the probe of a model this session's next call to it makes
-	waiting    *toolWait // the tool calls the run waits for
+	// ownKeys holds, by provider name, whether the session's last call to
+	// it used a key of its tenant's own (its next call will, while that key
+	// is available): the server's keys' cooldowns are not its concern then.
+	ownKeys map[string]bool
+	waiting *toolWait // the tool calls the run waits for
 
 	// What the session's model calls spent (persisted with the record),
 	// and what the running prompt's did, and of that what its retries
@@ -766,8 +770,8 @@ type turn struct {
 	allBlocked    bool
 	allBlockedFor time.Duration
 	// ownKey: the call was made with a credential of the session's tenant's
-	// own, not the server's.
-	ownKey bool
+	// own, not the server's; serverKey: with one of the server's.
+	ownKey, serverKey bool
 }
 
 // private reports that the call failed on the tenant's own key for a
@@ -776,6 +780,12 @@ type turn struct {
 // learns nothing of it, so that one tenant's key never sends another
 // tenant's sessions off a model or spends their retries.
 func (t *turn) private() bool { return t.ownKey && t.verdict.KeyScoped }
+
+// serverKeys reports that the call failed on one of the server's keys for
+// a cause of that key's account: the fleet's cooldown is then the server's
+// keys' (serverKeysName), which the sessions that call the model with
+// their tenant's own keys do not heed.
+func (t *turn) serverKeys() bool { return t.serverKey && t.verdict.KeyScoped }
 
 // callModel makes one model call, in a span of its own when the prompt is
 // traced.
@@ -871,6 +881,15 @@ func (s *Session) callModelOnce(ctx context.Context, promptID string, call int) 
 	})
 	t := s.finishCall(ctx, promptID, model, origin, res, nil)
 	t.ownKey = req.Credential.Owner != ""
+	t.serverKey = req.Credential.ID != "" && !t.ownKey
+	if req.Credential.ID != "" {
+		s.mu.Lock()
+		if s.ownKeys == nil {
+			s.ownKeys = map[string]bool{}
+		}
+		s.ownKeys[p.Name] = t.ownKey
+		s.mu.Unlock()
+	}
 	s.settleProbeCall(model, &t)
 	if p.Pace && t.RateLimit != nil && req.Credential.ID != "" && t.Message.StopReason != provider.StopError {
 		s.pace(ctx, p.Name, req.Credential.ID, t.RateLimit)

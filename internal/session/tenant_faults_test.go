@@ -22,6 +22,13 @@ import (
 // credentials of sim: the server's srv and tenant A's own a1.
 func tenantFaultManager(t *testing.T, fallback bool) (*session.Manager, *cooldown.Memory, *retrybudget.Memory, *recorder) {
 	t.Helper()
+	return tenantFaultManagerProbing(t, fallback, false)
+}
+
+// tenantFaultManagerProbing is tenantFaultManager with, when probing, the
+// registry's half-open probes (as agentd runs it).
+func tenantFaultManagerProbing(t *testing.T, fallback, probing bool) (*session.Manager, *cooldown.Memory, *retrybudget.Memory, *recorder) {
+	t.Helper()
 	store := credstore.NewMemory(credstore.MemoryOptions{})
 	for _, c := range []credstore.Credential{{ID: "srv", Secret: "sk-srv"}, {ID: "a1", Secret: "sk-a1", Owner: "A"}} {
 		c.Provider = "sim"
@@ -35,11 +42,15 @@ func tenantFaultManager(t *testing.T, fallback bool) (*session.Manager, *cooldow
 	reg := cooldown.NewMemory(nil)
 	budget := retrybudget.NewMemory(retry.Budget{MaxTokens: 4, TokenRatio: 0.1})
 	rec := &recorder{Provider: sim.New(sim.Options{})}
+	var cooldowns session.Cooldowns = reg
+	if probing {
+		cooldowns = registryProber{reg}
+	}
 	m := session.NewManager(session.Options{
 		Providers:   []session.Provider{{Name: "sim", Kind: provider.KindSimulated, Models: []string{"echo", "backup"}, Client: rec}},
 		Retry:       settings,
 		Credentials: store,
-		Cooldowns:   reg,
+		Cooldowns:   cooldowns,
 		Budget:      memBudget{budget},
 		Rand:        func() float64 { return 1 },
 	})
@@ -68,9 +79,10 @@ func cooling(t *testing.T, reg *cooldown.Memory, model string) bool {
 // A rate limit of a tenant's own key is that tenant's: its session falls
 // back as always, and the model cools down for that tenant's sessions
 // only (they stay off it for the cooldown, then go back), so the other
-// tenants' sessions stay on it. The same rate limit on the server's key,
-// which every tenant shares, and an overloaded model on anyone's key cool
-// the model down for all, as before.
+// tenants' sessions stay on it. The same rate limit on the server's key
+// cools the model down for the sessions on the server's keys
+// (TestServerKeysRateLimitSparesOwnKeys), and an overloaded model on
+// anyone's key for all, as before.
 func TestOwnKeysRateLimitCoolsNoOneElse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reg, _, rec := tenantFaultManager(t, true)
@@ -108,8 +120,8 @@ func TestOwnKeysRateLimitCoolsNoOneElse(t *testing.T) {
 
 		// The server's key: shared, so the fleet learns of it.
 		evs = prompt(t, m, b, "[[faults: 429,ok]]")
-		if only(evs, session.EventMessageStart)[0].Credential != "srv" || !cooling(t, reg, "sim/echo") {
-			t.Fatalf("B's 429 on the server's key (%s) did not cool sim/echo", kinds(evs))
+		if only(evs, session.EventMessageStart)[0].Credential != "srv" || !cooling(t, reg, "sim/echo|server-keys") {
+			t.Fatalf("B's 429 on the server's key (%s) did not cool sim/echo on the server's keys", kinds(evs))
 		}
 
 		// An overloaded model on A's own key is the model's, not the key's.
@@ -170,6 +182,92 @@ func TestOwnKeysRateLimitSpendsNoSharedBudget(t *testing.T) {
 		// A's four spent none.
 		if l, _ := budget.Levels(context.Background()); math.Abs(l["sim/echo"]-2.1) > 1e-9 {
 			t.Fatalf("budget levels = %v; want sim/echo at 2.1", l)
+		}
+	})
+}
+
+// A rate limit of one of the server's keys is the server's keys': the
+// sessions that call the model with them keep off it for the cooldown, a
+// new one starts off it, and the sessions whose last call used their
+// tenant's own key stay on it (a first prompt, not knowing which key it
+// will draw, keeps off it too, and goes back once its call has used its
+// own key). The model's own cooldown is not touched: a session on its own
+// key meets nothing it should heed.
+func TestServerKeysRateLimitSparesOwnKeys(t *testing.T) {
+	for _, probing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "registry", true: "probing registry"}[probing], func(t *testing.T) {
+			serverKeysRateLimitSparesOwnKeys(t, probing)
+		})
+	}
+}
+
+func serverKeysRateLimitSparesOwnKeys(t *testing.T, probing bool) {
+	synctest.Test(t, func(t *testing.T) {
+		m, reg, _, rec := tenantFaultManagerProbing(t, true, probing)
+		a, b := sessionOf(t, m, "A"), sessionOf(t, m, "B")
+		prompt(t, m, a, "hi")
+
+		evs := prompt(t, m, b, "[[faults: 429,ok]]")
+		if fb := only(evs, session.EventRetryFallbackApplied); len(fb) != 1 || fb[0].To != "sim/backup" || last(evs).Outcome != session.OutcomeCompleted {
+			t.Fatalf("B after the server key's 429: %s %+v", kinds(evs), last(evs))
+		}
+		if cooling(t, reg, "sim/echo") || !cooling(t, reg, "sim/echo|server-keys") {
+			t.Fatal("the server key's 429 cooled the model, or not the server's keys")
+		}
+		evs = prompt(t, m, a, "again")
+		if n := len(only(evs, session.EventModelChange)); n != 0 || a.State().Model != "sim/echo" {
+			t.Fatalf("A, on its own key, moved off sim/echo: %s", kinds(evs))
+		}
+		if ms := only(evs, session.EventMessageStart); ms[0].Credential != "a1" {
+			t.Fatalf("A's call used %q; want its own a1", ms[0].Credential)
+		}
+		evs = prompt(t, m, b, "again")
+		if n := len(only(evs, session.EventModelChange)); n != 0 || b.State().Model != "sim/backup" {
+			t.Fatalf("B went back to sim/echo during the server keys' cooldown: %s", kinds(evs))
+		}
+		evs = prompt(t, m, sessionOf(t, m, "B"), "hi")
+		if mc := only(evs, session.EventModelChange); len(mc) != 1 || mc[0].To != "sim/backup" || mc[0].Reason != session.ChangeCooldown {
+			t.Fatalf("B's new session during the server keys' cooldown: %s", kinds(evs))
+		}
+		a2 := sessionOf(t, m, "A")
+		evs = prompt(t, m, a2, "hi")
+		if mc := only(evs, session.EventModelChange); len(mc) != 1 || mc[0].To != "sim/backup" {
+			t.Fatalf("A's new session's first prompt: %s", kinds(evs))
+		}
+		evs = prompt(t, m, a2, "again")
+		if mc := only(evs, session.EventModelChange); len(mc) != 1 || mc[0].To != "sim/echo" || mc[0].Reason != session.ChangeRevert {
+			t.Fatalf("A's new session, its call made on its own key: %s", kinds(evs))
+		}
+
+		// After the cooldown (30 s for a rate limit), B's session goes back,
+		// its call the server keys' probe. With probes, a failure of that
+		// probe on the server's key cools the server's keys for twice as
+		// long, and still not the model.
+		time.Sleep(31 * time.Second)
+		if probing {
+			evs = prompt(t, m, b, "[[faults: 429,ok]]")
+			if fb := only(evs, session.EventRetryFallbackApplied); len(fb) != 1 || fb[0].From != "sim/echo" {
+				t.Fatalf("B's probe failing on the server key: %s", kinds(evs))
+			}
+			until, err := reg.SuppressedUntil(context.Background(), "sim/echo|server-keys")
+			if err != nil || time.Until(until) < 59*time.Second || cooling(t, reg, "sim/echo") {
+				t.Fatalf("after the failed probe: the server keys cool until %v (%v), the model cooling %v; want 60 s, and not the model",
+					until, err, cooling(t, reg, "sim/echo"))
+			}
+			time.Sleep(61 * time.Second)
+		}
+		n := len(rec.requests())
+		evs = prompt(t, m, b, "later")
+		if mc := only(evs, session.EventModelChange); len(mc) != 1 || mc[0].To != "sim/echo" || mc[0].Reason != session.ChangeRevert {
+			t.Fatalf("B after the server keys' cooldown: %s", kinds(evs))
+		}
+		if got := credIDs(rec.requests()[n:]); len(got) != 1 || got[0] != "srv" {
+			t.Fatalf("B's calls after the cooldown used %v; want one, on srv", got)
+		}
+		if probing {
+			if a, err := reg.Admit(context.Background(), "sim/echo", "sim/echo|server-keys"); err != nil || !a.Allowed || a.Probe {
+				t.Fatalf("after B's successful probe: %+v, %v; want the circuit closed", a, err)
+			}
 		}
 	})
 }
