@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/agentd/agentd/internal/provider"
@@ -121,6 +122,12 @@ func recordOf(s *Session) Record {
 func (s *Session) mutableLocked() Mutable {
 	mu := Mutable{Model: s.model, Settings: s.settings, Spent: &Spend{}, Credentials: maps.Clone(s.sticky)}
 	*mu.Spent = s.spent
+	for name, own := range s.ownKeys {
+		if own {
+			mu.OwnKeys = append(mu.OwnKeys, name)
+		}
+	}
+	slices.Sort(mu.OwnKeys)
 	if s.warmModel != "" {
 		mu.Warm = &WarmCache{Model: s.warmModel, Account: s.warmAccount}
 	}
@@ -132,7 +139,13 @@ func (s *Session) mutableLocked() Mutable {
 
 func (s *Session) setMutableLocked(mu Mutable) {
 	s.model, s.settings, s.fallback = mu.Model, mu.Settings, nil
-	s.spent, s.sticky = Spend{}, maps.Clone(mu.Credentials)
+	s.spent, s.sticky, s.ownKeys = Spend{}, maps.Clone(mu.Credentials), nil
+	for _, name := range mu.OwnKeys {
+		if s.ownKeys == nil {
+			s.ownKeys = map[string]bool{}
+		}
+		s.ownKeys[name] = true
+	}
 	if mu.Spent != nil {
 		s.spent = *mu.Spent
 	}

@@ -245,6 +245,10 @@ type Mutable struct {
 	// Credentials are the credentials the session keeps, by provider name
 	// (the one it used last: see Credentials.PickPreferred).
 	Credentials map[string]string `json:"credentials,omitempty"`
+	// OwnKeys are the providers whose last call used a key of the
+	// tenant's own (Session.ownKeys): the server's keys' cooldowns are not
+	// the session's concern there.
+	OwnKeys []string `json:"ownKeys,omitempty"`
 	// Warm is where the session's prompt cache is: the model and account
 	// of its last call that read or wrote a prompt ("": none yet), so that
 	// a replica taking the session over knows when a switch loses it.
