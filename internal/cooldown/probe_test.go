@@ -184,12 +184,16 @@ func TestRedisDeadProbeFreesAndFailureDoubles(t *testing.T) {
 // the next caller. On both registries.
 func TestAdmitSeveralNames(t *testing.T) {
 	srv := redistest.Start(t)
-	c := &clock{t: time.Now()}
-	for name, r := range map[string]prober{
-		"memory": cooldown.NewMemory(c.Now),
-		"redis":  cooldown.NewRedis(newClient(t, srv.Addr()), "t:", nil),
+	for _, tc := range []struct {
+		name string
+		new  func(*clock) prober
+	}{
+		{"memory", func(c *clock) prober { return cooldown.NewMemory(c.Now) }},
+		{"redis", func(*clock) prober { return cooldown.NewRedis(newClient(t, srv.Addr()), "t:", nil) }},
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &clock{t: time.Now()}
+			r := tc.new(c)
 			ctx := testkit.Context(t)
 			if err := r.Suppress(ctx, "p/x|pool", time.Now().Add(30*time.Millisecond)); err != nil {
 				t.Fatal(err)
